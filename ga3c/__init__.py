@@ -1,0 +1,11 @@
+"""GA3C: asynchronous advantage actor-critic on a GPU (Babaeizadeh et al., ICLR 2017).
+
+Data flow, one file per role:
+    agent.py (processes, one env each)
+      -> prediction queue (shared_memory.py) -> predictor.py (threads, batched forward pass)
+      -> training queue (shared_memory.py)   -> trainer.py (threads, batch assembly, IterableDataset)
+      -> learner.py (LightningModule: the one actor-critic of networks.py)
+    server.py starts and stops them all; monitor.py measures; autotune.py changes the counts.
+
+This package must stay importable without torch: agent processes import it.
+"""

@@ -1,0 +1,125 @@
+"""An agent process: plays one env, never holds the network.
+
+Each step it writes its observation into its rollout slot in shared memory, puts an 8-byte request on the
+prediction queue and blocks on its answer pipe for the action a predictor chose. Every t_max steps, or when
+an episode (or, optionally, a life) ends, it computes the n-step returns of the slot and puts a 32-byte
+record on the training queue. Terminated episodes bootstrap 0, truncated ones and full rollouts bootstrap
+V(s) of the state after the last step; the last transition of every episode is trained.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from ga3c.env import make_env
+from ga3c.shared_memory import ANSWER_READY, PREDICTION_REQUEST, ROLLOUT, SharedBuffers
+
+
+class AgentStopped(Exception):
+    """The server asked this agent to finish, or the server is gone."""
+
+
+def discounted_returns(rewards: np.ndarray, bootstrap: float, gamma: float) -> np.ndarray:
+    """R_t = r_t + gamma * R_{t+1}, with R_n = bootstrap (0 after a terminal state)."""
+    returns = np.empty(len(rewards), np.float32)
+    running = bootstrap
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        returns[t] = running
+    return returns
+
+
+def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_max: int, gamma: float,
+              reward_clip: float, prediction_writer, training_writer, answer_reader,
+              random_actions: bool = False) -> None:
+    """Process entry point. `random_actions` skips the network: the env-only throughput ceiling."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
+    buffers = SharedBuffers.attach(spec)
+    prediction_fd, training_fd, answer_fd = (prediction_writer.fileno(), training_writer.fileno(),
+                                             answer_reader.fileno())
+    slots = spec["slots"]
+    request = np.zeros(1, PREDICTION_REQUEST)
+    request["agent"], request["generation"] = index, generation
+    record = np.zeros(1, ROLLOUT)
+    record["agent"], record["generation"] = index, generation
+    rewards = np.zeros(t_max, np.float32)
+    env = make_env(game, seed)
+    rng = np.random.default_rng(seed)
+    num_actions = int(env.action_space.n)
+
+    def predict(slot: int, step: int) -> tuple[int, float, int]:
+        request["slot"], request["step"] = slot, step
+        os.write(prediction_fd, request.tobytes())
+        answer = os.read(answer_fd, 1)
+        if answer != ANSWER_READY:  # stop byte, or b"" when the server died
+            raise AgentStopped
+        return (int(buffers.answer_action[index]), float(buffers.answer_value[index]),
+                int(buffers.answer_version[index]))
+
+    def claim(slot: int) -> None:
+        """Wait until trainers have copied this slot out (back-pressure when the learner falls behind)."""
+        while buffers.slot_busy[index, slot]:
+            if buffers.stop[index]:
+                raise AgentStopped
+            time.sleep(0.0005)
+
+    def ship(slot: int, length: int, bootstrap: float, episode_done: bool, score: float, steps: int) -> None:
+        buffers.returns[index, slot, :length] = discounted_returns(rewards[:length], bootstrap, gamma)
+        buffers.slot_busy[index, slot] = 1
+        buffers.shipped_steps[index] += length
+        record["slot"], record["length"] = slot, length
+        record["episode_done"], record["episode_score"], record["episode_length"] = episode_done, score, steps
+        os.write(training_fd, record.tobytes())
+
+    slot, step = 0, 0
+    score, episode_steps = 0.0, 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        claim(slot)
+        buffers.obs[index, slot, 0] = obs
+        while not buffers.stop[index]:
+            if random_actions:
+                action = int(rng.integers(num_actions))
+            else:
+                action, value, version = predict(slot, step)
+                if step == t_max:  # full rollout: the state just predicted is its bootstrap
+                    ship(slot, step, value, False, 0.0, 0)
+                    previous, slot, step = slot, (slot + 1) % slots, 0
+                    claim(slot)
+                    buffers.obs[index, slot, 0] = buffers.obs[index, previous, t_max]
+                buffers.actions[index, slot, step] = action
+                buffers.versions[index, slot, step] = version
+            obs, reward, terminated, truncated, info = env.step(action)
+            buffers.produced_steps[index] += 1
+            score += reward
+            episode_steps += 1
+            rewards[step] = np.clip(reward, -reward_clip, reward_clip) if reward_clip else reward
+            step += 1
+            episode_over = terminated or truncated
+            if random_actions:
+                if episode_over:
+                    env.reset()
+                step = 0
+                continue
+            buffers.obs[index, slot, step] = obs
+            if episode_over or info.get("life_lost"):
+                bootstrap = 0.0
+                if truncated and not terminated:  # time limit: the future still had value
+                    _, bootstrap, _ = predict(slot, step)
+                ship(slot, step, bootstrap, episode_over, score, episode_steps)
+                if episode_over:
+                    obs, _ = env.reset()
+                    score, episode_steps = 0.0, 0
+                slot, step = (slot + 1) % slots, 0
+                claim(slot)
+                buffers.obs[index, slot, 0] = obs
+    except (AgentStopped, BrokenPipeError):
+        pass
+    finally:
+        # A rollout cut short has no bootstrap value: the server counts its steps (produced, never shipped)
+        # as discarded, so nothing is silently lost.
+        env.close()
+        buffers.close()

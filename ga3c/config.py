@@ -1,0 +1,69 @@
+"""Checks of a composed config, before any process starts: bad input gets a message naming the key."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+
+class ConfigError(ValueError):
+    """A config value is invalid. The message names the key and what is allowed."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: DictConfig) -> None:
+    def number(key: str):
+        value = cfg
+        for part in key.split("."):
+            value = value[part]
+        _require(isinstance(value, (int, float)) and not isinstance(value, bool),
+                 f"{key} must be a number, got {value!r}")
+        return value
+
+    for key in ("agents", "predictors", "trainers", "t_max", "prediction_max_batch", "training_max_batch",
+                "rollout_slots", "batch_queue_size", "torch_threads"):
+        _require(isinstance(cfg[key], int) and not isinstance(cfg[key], bool) and cfg[key] >= 1,
+                 f"{key} must be an integer >= 1, got {cfg[key]!r}")
+    _require(isinstance(cfg.training_min_batch, int) and cfg.training_min_batch >= 0,
+             f"training_min_batch must be an integer >= 0, got {cfg.training_min_batch!r}")
+    _require(cfg.training_min_batch <= cfg.training_max_batch,
+             f"training_min_batch ({cfg.training_min_batch}) must not exceed training_max_batch "
+             f"({cfg.training_max_batch})")
+    _require(cfg.agents <= 4096, f"agents must be at most 4096, got {cfg.agents}")
+    _require(cfg.t_max <= 1000, f"t_max must be at most 1000, got {cfg.t_max}")
+    gamma = number("learner.gamma")
+    _require(0 < gamma <= 1, f"learner.gamma must be in (0, 1], got {gamma}")
+    _require(number("learner.beta") >= 0, f"learner.beta must be >= 0, got {cfg.learner.beta}")
+    _require(number("learner.log_epsilon") >= 0, f"learner.log_epsilon must be >= 0, got {cfg.learner.log_epsilon}")
+    _require(number("learner.grad_clip") >= 0, f"learner.grad_clip must be >= 0 (0 = off), got {cfg.learner.grad_clip}")
+    _require(number("learner.reward_clip") >= 0, f"learner.reward_clip must be >= 0, got {cfg.learner.reward_clip}")
+    _require(number("learner.optimizer.lr") > 0, f"learner.optimizer.lr must be > 0, got {cfg.learner.optimizer.lr}")
+    _require(cfg.learner.reduction in ("sum", "mean"),
+             f"learner.reduction must be 'sum' or 'mean', got {cfg.learner.reduction!r}")
+    if cfg.max_frames is not None:
+        _require(isinstance(cfg.max_frames, int) and cfg.max_frames > 0,
+                 f"max_frames must be a positive integer or null, got {cfg.max_frames!r}")
+    _require(cfg.wandb.mode in ("online", "offline", "disabled"),
+             f"wandb.mode must be one of online, offline, disabled; got {cfg.wandb.mode!r}")
+    _require(number("log.every_seconds") > 0, f"log.every_seconds must be > 0, got {cfg.log.every_seconds}")
+    if cfg.ckpt_path is not None:
+        path = Path(str(cfg.ckpt_path))
+        _require(path.is_file(), f"ckpt_path {str(path)!r} does not exist or is not a file")
+
+
+def check_output_dir(path: Path) -> None:
+    """Fail at start, not at the first checkpoint, when the run directory cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write_probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"output directory {str(path)!r} is not writable: {error.strerror or error}") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"output directory {str(path)!r} is not writable")

@@ -1,0 +1,110 @@
+"""The learner: a LightningModule holding the one actor-critic (predictors use the same object)."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+
+class RMSpropTF(torch.optim.Optimizer):
+    """RMSProp as TensorFlow 1 had it, and so the paper: the squared-gradient average starts at 1 and
+    epsilon sits inside the square root (torch.optim.RMSprop starts at 0 with epsilon outside, which with
+    the paper's eps=0.1 is a very different step size)."""
+
+    def __init__(self, params, lr: float = 3e-4, alpha: float = 0.99, eps: float = 0.1, momentum: float = 0.0):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, momentum=momentum))
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.ones_like(p)
+                    if group["momentum"]:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                square_avg = state["square_avg"]
+                square_avg.mul_(group["alpha"]).addcmul_(p.grad, p.grad, value=1 - group["alpha"])
+                denom = square_avg.add(group["eps"]).sqrt_()
+                if group["momentum"]:
+                    buf = state["momentum_buffer"]
+                    buf.mul_(group["momentum"]).addcdiv_(p.grad, denom, value=group["lr"])
+                    p.sub_(buf)
+                else:
+                    p.addcdiv_(p.grad, denom, value=-group["lr"])
+        return loss
+
+
+def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+             beta: float, log_epsilon: float, value_coef: float, reduction: str) -> dict[str, torch.Tensor]:
+    """Policy gradient with the advantage R - V(s) (V not differentiated there), entropy bonus beta * H(pi),
+    squared value error. log(pi + epsilon) keeps a stale policy's near-zero probabilities finite."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    log_probs = torch.log(probs + log_epsilon)
+    chosen_log_prob = log_probs.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    advantage = returns - values.detach()
+    policy_loss = -chosen_log_prob * advantage
+    entropy = -(probs * log_probs).sum(dim=1)
+    value_loss = (returns - values) ** 2
+    reduce = torch.sum if reduction == "sum" else torch.mean
+    policy_loss, entropy, value_loss = reduce(policy_loss), reduce(entropy), reduce(value_loss)
+    loss = policy_loss - beta * entropy + value_coef * value_loss
+    return dict(loss=loss, policy_loss=policy_loss, entropy=entropy, value_loss=value_loss)
+
+
+class Learner(pl.LightningModule):
+    """A3C loss, one optimizer step per assembled batch. `version` (updates done) tags each prediction so
+    the policy lag of every trained sample is known."""
+
+    def __init__(self, model: nn.Module, optimizer: Callable, gamma: float = 0.99, beta: float = 0.01,
+                 log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
+                 grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None):
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.beta, self.log_epsilon, self.value_coef = beta, log_epsilon, value_coef
+        self.reduction, self.grad_clip = reduction, grad_clip
+        self.counters = counters         # the run's counters (the run saves them in checkpoints)
+        self.version = 0
+        self.last_metrics: dict[str, torch.Tensor] = {}
+
+    def forward(self, obs: torch.Tensor):
+        return self.model(obs)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        logits, values = self.model(batch["obs"])
+        parts = a3c_loss(logits, values, batch["actions"], batch["returns"], self.beta, self.log_epsilon,
+                         self.value_coef, self.reduction)
+        if not torch.isfinite(parts["loss"]):
+            raise FloatingPointError(f"loss is {parts['loss'].item()} at update {self.version}: training stopped "
+                                     "(lower the learning rate or enable learner.grad_clip); the last "
+                                     "checkpoint is intact")
+        lag = (self.version - batch["versions"]).float().mean()
+        self.last_metrics = {k: v.detach() for k, v in parts.items()} | {"policy_lag": lag.detach(),
+                                                                         "batch_size": len(batch["actions"])}
+        return parts["loss"]
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        # Clip here (not Trainer(gradient_clip_val)) so the norm is measured either way and checked.
+        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip or math.inf)
+        if not torch.isfinite(norm):
+            raise FloatingPointError(f"gradient norm is {norm.item()} at update {self.version}: training stopped; "
+                                     "the last checkpoint is intact")
+        self.last_metrics["grad_norm"] = norm.detach()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.version = self.global_step
+        if self.counters is not None:
+            self.counters.add(trained_steps=len(batch["actions"]))
+
+    def configure_optimizers(self):
+        return self.optimizer_factory(self.model.parameters())

@@ -1,0 +1,178 @@
+"""Measuring the run: counters, rates, summary.json, W&B metrics and the progress line."""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+
+class Counters:
+    """Run-wide totals, thread-safe. Saved in checkpoints so a resumed run keeps counting."""
+
+    # frames and produced_steps hold only what runs before a resume produced: the server adds its own.
+    FIELDS = ("frames", "produced_steps", "episodes", "rollouts", "trained_steps", "discarded_steps",
+              "agent_restarts")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.values = dict.fromkeys(self.FIELDS, 0)
+
+    def add(self, **increments: int) -> None:
+        with self._lock:
+            for key, value in increments.items():
+                self.values[key] += value
+
+    def __getitem__(self, key: str) -> int:
+        return self.values[key]
+
+    def state_dict(self) -> dict:
+        with self._lock:
+            return dict(self.values)
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._lock:
+            self.values.update({k: v for k, v in state.items() if k in self.values})
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=float))
+    os.replace(tmp, path)
+
+
+class Monitor(pl.Callback):
+    """Every `every_seconds`: rates over the last window, W&B metrics, summary.json, a progress line.
+
+    Rates are window rates (what the auto-tuner reads); summary.json also has whole-run averages.
+    """
+
+    def __init__(self, server, output_dir: Path, every_seconds: float = 5.0, progress: bool = True,
+                 score_window: int = 100):
+        self.server, self.output_dir = server, Path(output_dir)
+        self.every_seconds, self.progress = every_seconds, progress
+        self.scores = collections.deque(maxlen=score_window)
+        self.lengths = collections.deque(maxlen=score_window)
+        self._lock = threading.Lock()
+        self.start_time = time.monotonic()
+        self.wall_offset = 0.0          # wall seconds of the runs before a resume
+        self._last_time = self.start_time
+        self._last = self._first = self._snapshot()
+        self.latest: dict = {}
+        self.logger = None
+        self.listeners: list = []       # called with each window's metrics (the auto-tuner)
+
+    # --- fed by the trainers -------------------------------------------------------------------------
+    def record_episode(self, score: float, length: int) -> None:
+        with self._lock:
+            self.scores.append(score)
+            self.lengths.append(length)
+        self.server.counters.add(episodes=1)
+
+    # --- measuring -----------------------------------------------------------------------------------
+    def _snapshot(self) -> dict:
+        server = self.server
+        return dict(frames=server.frames(), predictions=sum(p.predictions for p in server.all_predictors),
+                    prediction_batches=sum(p.batches for p in server.all_predictors),
+                    updates=server.learner.version, trained=server.counters["trained_steps"],
+                    predictor_busy=sum(p.busy_seconds for p in server.all_predictors),
+                    predictor_compute=sum(p.compute_seconds for p in server.all_predictors),
+                    trainer_busy=sum(t.busy_seconds for t in server.all_trainers))
+
+    def tick(self, force: bool = False) -> dict | None:
+        """Report if a window has passed (called from the learner loop, also while it waits for data)."""
+        now = time.monotonic()
+        if not force and now - self._last_time < self.every_seconds:
+            return None
+        with self._lock:
+            if not force and now - self._last_time < self.every_seconds:
+                return None
+            snap, dt = self._snapshot(), max(now - self._last_time, 1e-9)
+            last, self._last, self._last_time = self._last, snap, now
+            scores = list(self.scores)
+            lengths = list(self.lengths)
+        metrics = self._metrics(snap, last, dt, scores, lengths, now)
+        self.latest = metrics
+        for listener in self.listeners:
+            listener(metrics)
+        self._publish(metrics)
+        return metrics
+
+    def _metrics(self, snap: dict, last: dict, dt: float, scores: list, lengths: list, now: float) -> dict:
+        server, learner = self.server, self.server.learner
+        elapsed = now - self.start_time
+        rate = lambda key: (snap[key] - last[key]) / dt  # noqa: E731
+        batches = snap["prediction_batches"] - last["prediction_batches"]
+        updates = snap["updates"] - last["updates"]
+        m = {
+            "frames": snap["frames"], "episodes": server.counters["episodes"], "updates": snap["updates"],
+            "wall_seconds": self.wall_offset + elapsed,
+            "fps": rate("frames"), "pps": rate("predictions"), "tps": rate("updates"),
+            "samples_per_s": rate("trained"),
+            "score_mean_100": sum(scores) / len(scores) if scores else math.nan,
+            "episode_length_mean_100": sum(lengths) / len(lengths) if lengths else math.nan,
+            "prediction_batch_mean": (snap["predictions"] - last["predictions"]) / batches if batches else 0.0,
+            "training_batch_mean": (snap["trained"] - last["trained"]) / updates if updates else 0.0,
+            "prediction_queue_depth": server.prediction_queue.depth(),
+            "training_queue_depth": server.training_queue.depth(),
+            "batch_queue_depth": server.batch_queue.qsize(),
+            # where the time goes: share of the window each predictor / trainer thread was busy
+            "predictor_busy_share": rate("predictor_busy") / max(len(server.predictors), 1),
+            "predictor_compute_share": rate("predictor_compute") / max(len(server.predictors), 1),
+            "trainer_busy_share": rate("trainer_busy") / max(len(server.trainers), 1),
+            "agents": server.num_agents, "predictors": len(server.predictors), "trainers": len(server.trainers),
+            "lr": self._learning_rate(),
+            **server.counters.state_dict(),
+            "produced_steps": server.produced_steps(), "frames": snap["frames"],
+        }
+        for key, value in learner.last_metrics.items():
+            m[f"loss/{key}" if key in ("loss", "policy_loss", "value_loss", "entropy") else key] = float(value)
+        m["policy_lag_mean"] = m.pop("policy_lag", math.nan)
+        m["in_flight_steps"] = m["produced_steps"] - m["trained_steps"] - m["discarded_steps"]
+        return m
+
+    def _learning_rate(self) -> float:
+        optimizers = self.server.learner.trainer.optimizers if self.server.learner._trainer is not None else []
+        return float(optimizers[0].param_groups[0]["lr"]) if optimizers else math.nan
+
+    def _publish(self, m: dict) -> None:
+        self.write_summary(m)
+        if self.logger is not None:
+            self.logger.log_metrics({k: v for k, v in m.items() if isinstance(v, (int, float))
+                                     and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
+        if self.progress:
+            print(f"[ga3c] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
+                  f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
+                  f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}",
+                  flush=True)
+
+    def wall_seconds(self) -> float:
+        return self.wall_offset + time.monotonic() - self.start_time
+
+    def write_summary(self, m: dict, status: str = "running") -> None:
+        """summary.json: the latest window's rates plus whole-run means (fps_run_mean, samples_per_s_run_mean)."""
+        elapsed = max(m["wall_seconds"] - self.wall_offset, 1e-9)
+        summary = dict(m, status=status, stop_reason=self.server.stop_reason,
+                       fps_run_mean=(m["frames"] - self._first["frames"]) / elapsed,
+                       samples_per_s_run_mean=(m["trained_steps"] - self._first["trained"]) / elapsed)
+        write_json_atomic(self.output_dir / "summary.json", summary)
+
+    # --- Lightning hooks -----------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.logger = trainer.logger
+        self.start_time = self._last_time = time.monotonic()
+        self._last = self._first = self._snapshot()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.tick()
+        if self.server.stopping.is_set():
+            trainer.should_stop = True
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.server.stopping.is_set():
+            trainer.should_stop = True

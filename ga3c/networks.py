@@ -1,0 +1,59 @@
+"""Actor-critic networks. Each maps an observation batch to (policy logits, state value)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class ConvActorCritic(nn.Module):
+    """Conv torso on stacked uint8 frames (scaled to [0, 1] here), one hidden layer, two heads."""
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, channels: Sequence[int],
+                 kernels: Sequence[int], strides: Sequence[int], hidden: int):
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"a conv net needs image observations (C, H, W), got shape {tuple(obs_shape)}; "
+                             "use net=mlp for vector observations")
+        layers, in_ch = [], obs_shape[0]
+        for out_ch, k, s in zip(channels, kernels, strides):
+            layers += [nn.Conv2d(in_ch, out_ch, k, s), nn.ReLU()]
+            in_ch = out_ch
+        self.torso = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.torso(torch.zeros(1, *obs_shape)).shape[1]
+        self.hidden = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
+        self.policy = nn.Linear(hidden, num_actions)
+        self.value = nn.Linear(hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.hidden(self.torso(obs.float() / 255.0))
+        return self.policy(x), self.value(x).squeeze(-1)
+
+
+class MLPActorCritic(nn.Module):
+    """Separate tanh MLPs for policy and value: the usual choice for classic control."""
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden: Sequence[int]):
+        super().__init__()
+        if len(obs_shape) != 1:
+            raise ValueError(f"an MLP needs vector observations, got shape {tuple(obs_shape)}; "
+                             "use net=small or net=large for images")
+
+        def mlp(out: int, gain: float) -> nn.Sequential:
+            layers, size = [], obs_shape[0]
+            for h in hidden:
+                layers += [nn.Linear(size, h), nn.Tanh()]
+                size = h
+            head = nn.Linear(size, out)
+            nn.init.orthogonal_(head.weight, gain)
+            nn.init.zeros_(head.bias)
+            return nn.Sequential(*layers, head)
+
+        self.policy = mlp(num_actions, 0.01)   # near-uniform initial policy
+        self.value = mlp(1, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = obs.float()
+        return self.policy(obs), self.value(obs).squeeze(-1)

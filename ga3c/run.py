@@ -1,0 +1,184 @@
+"""One training run from a composed config: build the pieces, fit, and always tear down cleanly."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from ga3c.config import ConfigError, check_output_dir, validate
+from ga3c.env import env_spec
+from ga3c.learner import Learner
+from ga3c.monitor import Counters, Monitor
+from ga3c.server import Server, stop_forkserver
+from ga3c.trainer import ExperienceDataset
+
+log = logging.getLogger(__name__)
+
+
+class RunState(pl.Callback):
+    """Starts the server once Lightning has restored a checkpoint, and saves what a resumed run needs
+    (counters, wall time, W&B id) in every checkpoint."""
+
+    def __init__(self, server: Server, monitor: Monitor, wandb_id: str | None):
+        self.server, self.monitor, self.wandb_id = server, monitor, wandb_id
+        self.extra: dict[str, object] = {}   # other components add their state (the auto-tuner)
+
+    def on_fit_start(self, trainer, learner) -> None:
+        # After Lightning restored the checkpoint (so versions continue) and before it asks for data.
+        learner.version = trainer.global_step
+        self.server.start()
+
+    def state_dict(self) -> dict:
+        return dict(counters=self.server.counter_totals(), wall_seconds=self.monitor.wall_seconds(),
+                    wandb_id=self.wandb_id, **self.extra)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.server.counters.load_state_dict(state.get("counters", {}))
+        self.monitor.wall_offset = float(state.get("wall_seconds", 0.0))
+        self.extra.update({k: v for k, v in state.items() if k not in ("counters", "wall_seconds", "wandb_id")})
+
+
+def load_checkpoint_state(path: str) -> dict:
+    """Read a checkpoint's run state early, so a bad file fails with a message before anything starts."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise ConfigError(f"ckpt_path {path!r} is not a readable checkpoint ({type(error).__name__}: {error})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"ckpt_path {path!r} is not a ga3c Lightning checkpoint (no state_dict in it)")
+    for key, state in checkpoint.get("callbacks", {}).items():
+        if key.startswith("RunState"):
+            return state
+    return {}
+
+
+def make_logger(cfg: DictConfig, output_dir: Path, wandb_id: str | None):
+    if cfg.wandb.mode == "disabled":
+        return False
+    from pytorch_lightning.loggers import WandbLogger
+
+    return WandbLogger(project=cfg.wandb.project, entity=cfg.wandb.entity, group=cfg.wandb.group,
+                       tags=list(cfg.wandb.tags) or None, name=cfg.wandb.name, id=wandb_id, save_dir=str(output_dir),
+                       mode=cfg.wandb.mode, config=OmegaConf.to_container(cfg, resolve=True))
+
+
+def finish_wandb() -> None:
+    """End the W&B run and its service process so the next job of a multirun starts clean."""
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+        wandb.teardown()
+    except Exception as error:  # noqa: BLE001 - tracking must never turn a finished run into a failure
+        log.warning("W&B did not finish cleanly: %s", error)
+
+
+class StopSignals:
+    """First SIGINT/SIGTERM: stop gracefully (final checkpoint, summary, W&B). Second: exit at once,
+    killing the agent processes first so none is left behind."""
+
+    def __init__(self, server: Server):
+        self.server, self.previous, self.count = server, {}, 0
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count == 1:
+            print(f"\n[ga3c] {name}: stopping (final checkpoint and summary); again to exit at once", flush=True)
+            self.server.request_stop(name)
+            return
+        for handle in list(self.server.agents) + list(self.server._retiring.values()):
+            if handle is not None and handle.process.is_alive():
+                handle.process.kill()
+        stop_forkserver()
+        os._exit(128 + signum)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train as the config says; returns the final summary (also in OUTPUT_DIR/summary.json)."""
+    validate(cfg)
+    output_dir = Path(cfg.output_dir)
+    check_output_dir(output_dir)
+    resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}
+    wandb_id = cfg.wandb.id or resumed.get("wandb_id")
+    if cfg.wandb.mode != "disabled" and wandb_id is None:
+        import wandb
+
+        wandb_id = wandb.util.generate_id()
+    pl.seed_everything(cfg.seed, workers=False, verbose=False)
+    torch.set_num_threads(cfg.torch_threads)
+
+    obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
+    model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)
+    counters = Counters()
+    lc = cfg.learner
+    learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
+                      value_coef=lc.value_coef, reduction=lc.reduction, grad_clip=lc.grad_clip,
+                      reward_clip=lc.reward_clip, counters=counters)
+    max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
+    server = Server(cfg, learner, counters, obs_shape, obs_dtype, max_agents)
+    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
+    server.monitor = monitor
+    run_state = RunState(server, monitor, wandb_id)
+    checkpoints = pl.callbacks.ModelCheckpoint(
+        dirpath=output_dir / "checkpoints", filename="{step}", save_last=True, save_top_k=cfg.checkpoint.keep,
+        monitor="step", mode="max", train_time_interval=timedelta(minutes=cfg.checkpoint.every_minutes))
+    callbacks = [run_state, monitor, checkpoints]
+    if cfg.autotune.name != "off":
+        from ga3c.autotune import make_autotuner
+
+        callbacks.append(make_autotuner(cfg, server, monitor, run_state))
+    logger = make_logger(cfg, output_dir, wandb_id)
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer = pl.Trainer(**trainer_kwargs | dict(logger=logger), max_epochs=-1, callbacks=callbacks,
+                         default_root_dir=str(output_dir), num_sanity_val_steps=0, log_every_n_steps=1_000_000)
+    status = "failed"
+    try:
+        with StopSignals(server):
+            loader = DataLoader(ExperienceDataset(server), batch_size=None, num_workers=0)
+            trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
+            if server.stop_reason is None:
+                server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
+            status = "failed" if server.error else "finished"
+    except Exception as error:
+        server.fail(f"training raised {error!r}", error)
+        raise
+    finally:
+        server.shutdown()
+        if server.error is None or not isinstance(server.error, FloatingPointError):
+            # The last good state; after NaN the previous checkpoint is the good one and stays as it is.
+            try:
+                trainer.save_checkpoint(output_dir / "checkpoints" / "last.ckpt")
+            except Exception as error:  # noqa: BLE001
+                log.error("final checkpoint failed: %s", error)
+        metrics = monitor.tick(force=True) or monitor.latest
+        monitor.write_summary(metrics, status=status)
+        finish_wandb()
+        server.close()
+        stop_forkserver()
+    if server.error is not None:
+        raise server.error
+    log.info("finished (%s): %s frames, score_mean_100 %.2f", server.stop_reason, metrics["frames"],
+             metrics["score_mean_100"] if not math.isnan(metrics["score_mean_100"]) else float("nan"))
+    return metrics

@@ -1,0 +1,262 @@
+"""The server: owns the shared memory, the two queues, the agent processes and the predictor and trainer
+threads; changes their counts while the run goes; replaces agents that die; stops everything cleanly."""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+
+from ga3c.agent import run_agent
+from ga3c.predictor import Predictor
+from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
+from ga3c.trainer import TrainerThread
+
+log = logging.getLogger(__name__)
+
+
+def process_context() -> mp.context.BaseContext:
+    """forkserver: children start from a clean, torch-free process with the env modules preloaded, so an
+    agent starts in milliseconds and never inherits the learner's threads (fork) nor re-imports (spawn)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["ga3c.agent"])
+    return ctx
+
+
+def stop_forkserver() -> None:
+    """The forkserver outlives its children; end it so a finished run leaves no process behind."""
+    from multiprocessing import forkserver
+
+    try:
+        forkserver._forkserver._stop()
+    except Exception:  # noqa: BLE001 - an old or never-started forkserver: nothing to stop
+        pass
+
+
+class AgentHandle:
+    def __init__(self, process: mp.Process, answer_fd: int, generation: int):
+        self.process, self.answer_fd, self.generation = process, answer_fd, generation
+
+
+class Server:
+    """Everything between the envs and the learner. `set_counts` is how the auto-tuner acts."""
+
+    def __init__(self, cfg, learner, counters, obs_shape, obs_dtype, max_agents: int, random_actions: bool = False):
+        self.cfg, self.learner, self.counters = cfg, learner, counters
+        self.random_actions = random_actions
+        self.max_agents = max_agents
+        self.buffers = SharedBuffers.create(max_agents, cfg.rollout_slots, cfg.t_max, obs_shape, obs_dtype)
+        self.prediction_queue = RecordPipe(PREDICTION_REQUEST)
+        self.training_queue = RecordPipe(ROLLOUT)
+        self.batch_queue: queue.Queue = queue.Queue(maxsize=cfg.batch_queue_size)
+        self.generations = np.zeros(max_agents, np.uint16)   # bumped each time a slot gets a new agent
+        self.agents: list[AgentHandle | None] = [None] * max_agents
+        self.predictors: list[Predictor] = []
+        self.trainers: list[TrainerThread] = []
+        self.all_predictors: list[Predictor] = []  # retired ones too, so counters never go backwards
+        self.all_trainers: list[TrainerThread] = []
+        self.stopping = threading.Event()
+        self.stop_reason: str | None = None
+        self.error: BaseException | None = None
+        self.monitor = None
+        self.ctx = process_context()
+        self._lock = threading.RLock()
+        self._retired_steps = 0  # produced steps of agents whose slot was reused since
+        self._retiring: dict[int, AgentHandle] = {}  # stopped agents not yet joined, by slot
+        self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self.game = dict(cfg.game)
+        self.seed_counter = 0
+
+    # --- counts --------------------------------------------------------------------------------------
+    @property
+    def num_agents(self) -> int:
+        return sum(a is not None for a in self.agents)
+
+    def start(self) -> None:
+        self.set_counts(self.cfg.agents, self.cfg.predictors, self.cfg.trainers)
+        self._watchdog.start()
+
+    def set_counts(self, agents: int, predictors: int, trainers: int) -> None:
+        """Add or remove agents, predictors and trainers now; nothing waits for an episode to end."""
+        with self._lock:
+            if self.stopping.is_set():
+                return
+            if not (1 <= agents <= self.max_agents and predictors >= 1 and trainers >= 1):
+                raise ValueError(f"counts out of range: agents={agents} (1..{self.max_agents}), "
+                                 f"predictors={predictors}, trainers={trainers}")
+            while len(self.predictors) < predictors:
+                p = Predictor(self, len(self.all_predictors), self.cfg.prediction_max_batch)
+                self.predictors.append(p)
+                self.all_predictors.append(p)
+                p.start()
+            while len(self.predictors) > predictors:
+                self.predictors.pop().stopping.set()   # finishes its current batch, then exits
+            while len(self.trainers) < trainers:
+                t = TrainerThread(self, len(self.all_trainers), self.cfg.training_min_batch,
+                                  self.cfg.training_max_batch)
+                self.trainers.append(t)
+                self.all_trainers.append(t)
+                t.start()
+            while len(self.trainers) > trainers:
+                self.trainers.pop().stopping.set()     # counts its partial batch as discarded
+            while self.num_agents < agents:
+                self._start_agent(self._free_slot())
+            while self.num_agents > agents:
+                live = [i for i, a in enumerate(self.agents) if a is not None]
+                self._stop_agent(live[-1])
+
+    def _free_slot(self) -> int:
+        """A slot with no agent, live or still finishing (its last writes must not mix with a new agent's)."""
+        for _ in range(2):
+            for index, handle in enumerate(self.agents):
+                if handle is None and index not in self._retiring:
+                    return index
+            self._reap(timeout=5.0)
+        raise RuntimeError("no free agent slot: stopped agents did not exit")
+
+    def _start_agent(self, index: int) -> None:
+        self._retire_slot_counters(index)
+        self.generations[index] = (int(self.generations[index]) + 1) % 65536
+        self.buffers.stop[index] = 0
+        self.buffers.slot_busy[index] = 0
+        answer_reader, answer_writer = self.ctx.Pipe(duplex=False)
+        seed = int(self.cfg.seed) * 10007 + self.seed_counter
+        self.seed_counter += 1
+        process = self.ctx.Process(
+            target=run_agent, name=f"ga3c-agent-{index}", daemon=True,
+            args=(index, int(self.generations[index]), self.buffers.spec, self.game, seed, self.cfg.t_max,
+                  float(self.cfg.learner.gamma), float(self.cfg.learner.reward_clip),
+                  self.prediction_queue.writer, self.training_queue.writer, answer_reader, self.random_actions))
+        process.start()
+        answer_reader.close()  # the child has its copy; ours would keep the pipe open after the child died
+        fd = os.dup(answer_writer.fileno())
+        answer_writer.close()
+        os.set_blocking(fd, False)  # a full or dead pipe must never block a predictor
+        self.agents[index] = AgentHandle(process, fd, int(self.generations[index]))
+
+    def _stop_agent(self, index: int, join: bool = False) -> None:
+        handle = self.agents[index]
+        self.agents[index] = None
+        self.buffers.stop[index] = 1
+        self._write_answer(handle.answer_fd, ANSWER_STOP)
+        os.close(handle.answer_fd)  # EOF also wakes it
+        self._retiring[index] = handle
+
+    def _retire_slot_counters(self, index: int) -> None:
+        """Fold a finished agent's counters into the run totals before its slot is reused. Steps it took but
+        never shipped (a rollout cut short by its removal or death) are counted as discarded."""
+        produced, shipped = int(self.buffers.produced_steps[index]), int(self.buffers.shipped_steps[index])
+        self._retired_steps += produced
+        self.counters.add(discarded_steps=produced - shipped)
+        self.buffers.produced_steps[index] = 0
+        self.buffers.shipped_steps[index] = 0
+
+    def _reap(self, timeout: float) -> None:
+        """Join stopped agents; kill those that do not finish in time."""
+        deadline = time.monotonic() + timeout
+        for index, handle in list(self._retiring.items()):
+            handle.process.join(max(0.0, deadline - time.monotonic()))
+            if handle.process.is_alive() and timeout > 0:
+                handle.process.kill()
+                handle.process.join(1.0)
+            if not handle.process.is_alive():
+                del self._retiring[index]
+
+    # --- the data path -------------------------------------------------------------------------------
+    def answer(self, index: int) -> None:
+        handle = self.agents[index]
+        if handle is not None:
+            self._write_answer(handle.answer_fd, ANSWER_READY)
+
+    @staticmethod
+    def _write_answer(fd: int, byte: bytes) -> None:
+        try:
+            os.write(fd, byte)
+        except (BrokenPipeError, BlockingIOError, OSError):
+            pass  # the agent died; the watchdog replaces it
+
+    def _produced_this_run(self) -> int:
+        return self._retired_steps + int(self.buffers.produced_steps.sum())
+
+    def produced_steps(self) -> int:
+        """Agent steps taken, runs before a resume included."""
+        return self.counters["produced_steps"] + self._produced_this_run()
+
+    def frames(self) -> int:
+        """Env frames (frameskip included) of all experience produced, as the paper counts them."""
+        return self.counters["frames"] + self._produced_this_run() * int(self.game.get("frame_skip", 1))
+
+    def counter_totals(self) -> dict:
+        """Counters to checkpoint: frames and produced steps made whole."""
+        return dict(self.counters.state_dict(), frames=self.frames(), produced_steps=self.produced_steps())
+
+    # --- supervision ---------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        max_frames = self.cfg.max_frames
+        while not self.stopping.wait(0.25):
+            with self._lock:
+                for index, handle in enumerate(self.agents):
+                    if handle is not None and not handle.process.is_alive():
+                        code = handle.process.exitcode
+                        log.warning("agent %d (pid %s) died with exit code %s; starting a replacement",
+                                    index, handle.process.pid, code)
+                        self.counters.add(agent_restarts=1)
+                        self.agents[index] = None
+                        os.close(handle.answer_fd)
+                        if not self.stopping.is_set():
+                            self._start_agent(index)  # its partial rollout is counted as discarded
+                self._reap(timeout=0.0)
+            if max_frames and self.frames() >= max_frames:
+                self.request_stop(f"reached max_frames={max_frames}")
+            if self.monitor is not None:
+                self.monitor.tick()
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stopping.is_set():
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+            self.stopping.set()
+
+    def fail(self, message: str, error: BaseException) -> None:
+        """A thread of the run failed: stop the run and let train.py report the error."""
+        log.error(message)
+        if self.error is None:
+            self.error = error
+        self.request_stop(message)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop every agent, predictor and trainer; free shared memory. Bounded in time, idempotent."""
+        self.request_stop(self.stop_reason or "shutdown")
+        with self._lock:
+            for index, handle in enumerate(self.agents):
+                if handle is not None:
+                    self._stop_agent(index)
+            for thread in self.predictors + self.trainers:
+                thread.stopping.set()
+        deadline = time.monotonic() + timeout
+        for thread in self.all_predictors + self.all_trainers + [self._watchdog]:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.1, deadline - time.monotonic()))
+        self._reap(timeout=max(0.5, deadline - time.monotonic()))
+        while True:  # batches assembled but never trained
+            try:
+                batch = self.batch_queue.get_nowait()
+            except queue.Empty:
+                break
+            self.counters.add(discarded_steps=len(batch["actions"]))
+        # Rollouts still in the training queue were produced but never trained.
+        while len(records := self.training_queue.get_many(4096, timeout=0.0)):
+            self.counters.add(discarded_steps=int(records["length"].sum()))
+        for index in range(self.max_agents):
+            if index not in self._retiring:
+                self._retire_slot_counters(index)
+
+    def close(self) -> None:
+        """Release OS resources (after shutdown and the final summary)."""
+        self.prediction_queue.close()
+        self.training_queue.close()
+        self.buffers.close(unlink=True)

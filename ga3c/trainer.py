@@ -1,0 +1,91 @@
+"""Trainer threads assemble training batches from the training queue; `ExperienceDataset` hands them to
+Lightning's fit loop (an endless IterableDataset, so DataLoader(batch_size=None, num_workers=0))."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+
+class TrainerThread(threading.Thread):
+    """Copies shipped rollouts out of shared memory (freeing the agent's slot) into a batch of at least
+    `min_batch` samples (0: one rollout is a batch, as in the paper) and at most `max_batch`."""
+
+    def __init__(self, server, index: int, min_batch: int, max_batch: int):
+        super().__init__(name=f"trainer-{index}", daemon=True)
+        self.server, self.min_batch, self.max_batch = server, max(min_batch, 1), max_batch
+        self.stopping = threading.Event()
+        self.busy_seconds = 0.0   # copying and handing over batches (the rest is waiting)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # noqa: BLE001
+            self.error = error
+            self.server.fail(f"{self.name} raised {error!r}", error)
+
+    def _new_batch(self) -> dict[str, np.ndarray]:
+        b, spec = self.max_batch + self.server.buffers.spec["t_max"], self.server.buffers.spec
+        return dict(obs=np.empty((b, *spec["obs_shape"]), spec["obs_dtype"]), actions=np.empty(b, np.int64),
+                    returns=np.empty(b, np.float32), versions=np.empty(b, np.int64))
+
+    def _loop(self) -> None:
+        server, buffers = self.server, self.server.buffers
+        batch, size = self._new_batch(), 0
+        while not self.stopping.is_set():
+            # Take only what this batch still needs, so other trainers get the rest.
+            wanted = max(1, (self.min_batch - size + buffers.spec["t_max"] - 1) // buffers.spec["t_max"])
+            records = server.training_queue.get_many(wanted, timeout=0.1)
+            start = time.perf_counter()
+            for record in records:
+                agent, slot, n = int(record["agent"]), int(record["slot"]), int(record["length"])
+                if record["generation"] != server.generations[agent]:
+                    server.counters.add(discarded_steps=n)  # its agent died; the slot may be reused already
+                    continue
+                batch["obs"][size:size + n] = buffers.obs[agent, slot, :n]
+                batch["actions"][size:size + n] = buffers.actions[agent, slot, :n]
+                batch["returns"][size:size + n] = buffers.returns[agent, slot, :n]
+                batch["versions"][size:size + n] = buffers.versions[agent, slot, :n]
+                buffers.slot_busy[agent, slot] = 0
+                size += n
+                server.counters.add(rollouts=1)
+                if record["episode_done"]:
+                    server.monitor.record_episode(float(record["episode_score"]), int(record["episode_length"]))
+            if size >= self.min_batch:
+                ready = {k: torch.from_numpy(v[:size]) for k, v in batch.items()}
+                self.busy_seconds += time.perf_counter() - start
+                while not self.stopping.is_set():
+                    try:
+                        server.batch_queue.put(ready, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                else:  # stopped with a batch in hand: it never reaches the learner
+                    server.counters.add(discarded_steps=size)
+                    return
+                batch, size = self._new_batch(), 0
+            else:
+                self.busy_seconds += time.perf_counter() - start
+        server.counters.add(discarded_steps=size)
+
+
+class ExperienceDataset(IterableDataset):
+    """Endless stream of the batches trainer threads assemble; ends when the server stops the run."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __iter__(self):
+        server = self.server
+        while not server.stopping.is_set():
+            try:
+                batch = server.batch_queue.get(timeout=0.2)
+            except queue.Empty:
+                server.monitor.tick()  # keep reporting while the learner starves
+                continue
+            yield batch
