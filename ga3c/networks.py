@@ -26,9 +26,12 @@ class ConvActorCritic(nn.Module):
         self.hidden = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, num_actions)
         self.value = nn.Linear(hidden, 1)
+        # channels-last convolutions train 2-3x faster on CPU (oneDNN) and suit cuDNN too
+        self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.hidden(self.torso(obs.float() / 255.0))
+        x = (obs.float() / 255.0).contiguous(memory_format=torch.channels_last)
+        x = self.hidden(self.torso(x))
         return self.policy(x), self.value(x).squeeze(-1)
 
 
