@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -36,7 +37,8 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
               reward_clip: float, prediction_writer, training_writer, answer_reader,
               random_actions: bool = False) -> None:
     """Process entry point. `random_actions` skips the network: the env-only throughput ceiling."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
     buffers = SharedBuffers.attach(spec)
     prediction_fd, training_fd, answer_fd = (prediction_writer.fileno(), training_writer.fileno(),
                                              answer_reader.fileno())

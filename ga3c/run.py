@@ -118,6 +118,10 @@ class StopSignals:
 def train(cfg: DictConfig) -> dict:
     """Train as the config says; returns the final summary (also in OUTPUT_DIR/summary.json)."""
     validate(cfg)
+    if cfg.algo.name == "a3c":  # the CPU A3C baseline: same games, nets, loss and outputs
+        from ga3c.a3c import train_a3c
+
+        return train_a3c(cfg)
     output_dir = Path(cfg.output_dir)
     check_output_dir(output_dir)
     resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}

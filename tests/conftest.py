@@ -1,0 +1,106 @@
+"""Shared test helpers: compose configs like Hydra does, run train.py as a user would, find leftover children."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+GAMES = sorted(p.stem for p in (CONF / "game").glob("*.yaml"))
+NETS = sorted(p.stem for p in (CONF / "net").glob("*.yaml"))
+
+
+def compose_config(*overrides: str, output_dir: Path | None = None):
+    """The config train.py would see (without hydra's runtime: output_dir is set explicitly)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        overrides = list(overrides) + [f"output_dir={output_dir or '/tmp/ga3c-unused'}"]
+        return compose(config_name="config", overrides=overrides)
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendant pids of `pid` (from /proc; no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                state = stat.rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError, ValueError):
+                continue
+            if state != "Z":
+                children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live pids whose environment holds GA3C_TEST_MARKER=marker: a run and every process it started
+    (agents, the forkserver, W&B's service) inherit it, even once orphaned."""
+    pids, needle = [], f"GA3C_TEST_MARKER={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z":
+                        pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def train_command(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={run_dir}", "log.every_seconds=1",
+            "log.progress=false", *overrides]
+
+
+def run_train(run_dir: Path, *overrides: str, timeout: float = 300, check: bool = True,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run train.py as a subprocess; fail with its output if it fails (when check). Its processes carry
+    GA3C_TEST_MARKER=<run_dir> so leftovers can be found."""
+    environment = dict(os.environ, GA3C_TEST_MARKER=str(run_dir), **(env or {}))
+    result = subprocess.run(train_command(run_dir, *overrides), cwd=REPO, capture_output=True, text=True,
+                            timeout=timeout, env=environment)
+    if check and result.returncode != 0:
+        pytest.fail(f"train.py failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def assert_no_leftovers(marker: str, timeout: float = 10.0) -> None:
+    """No process of the run marked `marker` may outlive it (give them `timeout` to exit); kill any that do."""
+    wait_until(lambda: not processes_with(marker), timeout)
+    leftovers = processes_with(marker)
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not leftovers, f"processes left behind: {leftovers}"

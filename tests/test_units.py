@@ -1,0 +1,271 @@
+"""Unit tests of the pieces: returns, loss, optimizer, agent bootstrapping, predictor batching, trainer batching."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ga3c.agent import discounted_returns, run_agent
+from ga3c.learner import RMSpropTF, a3c_loss
+from ga3c.monitor import Counters
+from ga3c.networks import ConvActorCritic, MLPActorCritic
+from ga3c.predictor import Predictor
+from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
+from ga3c.trainer import TrainerThread
+
+
+# --- n-step returns ------------------------------------------------------------------------------------
+def test_returns_terminal_bootstraps_zero():
+    returns = discounted_returns(np.array([1.0, 0.0, 2.0], np.float32), bootstrap=0.0, gamma=0.5)
+    # R2 = 2, R1 = 0 + 0.5 * 2 = 1, R0 = 1 + 0.5 * 1 = 1.5
+    np.testing.assert_allclose(returns, [1.5, 1.0, 2.0])
+
+
+def test_returns_truncated_bootstraps_value():
+    returns = discounted_returns(np.array([1.0, 1.0], np.float32), bootstrap=4.0, gamma=0.5)
+    # R1 = 1 + 0.5 * 4 = 3, R0 = 1 + 0.5 * 3 = 2.5
+    np.testing.assert_allclose(returns, [2.5, 3.0])
+
+
+class Chain(gym.Env):
+    """Deterministic test env: reward 1 per step; terminates after `terminate_at` steps or truncates after
+    `truncate_at`. Observations count the steps."""
+
+    def __init__(self, terminate_at: int = 1000, truncate_at: int = 1000):
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.terminate_at, self.truncate_at, self.t = terminate_at, truncate_at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t, 0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.t, action], np.float32)
+        return obs, 1.0, self.t >= self.terminate_at, self.t >= self.truncate_at, {}
+
+
+gym.register("tests/Chain-v0", entry_point=Chain)
+
+
+def play_agent(game: dict, t_max: int, rollouts: int, value: float = 10.0, gamma: float = 0.5):
+    """Run the real agent loop in a thread, acting as its predictor (action 0, V = value); return the rollouts."""
+    buffers = SharedBuffers.create(1, 2, t_max, (2,), np.float32)
+    predictions, training = RecordPipe(PREDICTION_REQUEST), RecordPipe(ROLLOUT)
+    import multiprocessing as mp
+    import os
+
+    answer_reader, answer_writer = mp.Pipe(duplex=False)
+    thread = threading.Thread(target=run_agent, args=(0, 0, buffers.spec, game, 0, t_max, gamma, 0.0,
+                                                      predictions.writer, training.writer, answer_reader))
+    thread.start()
+    got = []
+    try:
+        while len(got) < rollouts:
+            for request in predictions.get_many(16, timeout=0.01):
+                buffers.answer_action[0], buffers.answer_value[0], buffers.answer_version[0] = 0, value, 3
+                os.write(answer_writer.fileno(), ANSWER_READY)
+            for record in training.get_many(16, timeout=0.01):
+                s, n = int(record["slot"]), int(record["length"])
+                got.append(dict(length=n, returns=buffers.returns[0, s, :n].copy(),
+                                obs=buffers.obs[0, s, :n, 0].copy(), done=bool(record["episode_done"]),
+                                score=float(record["episode_score"]), versions=buffers.versions[0, s, :n].copy()))
+                buffers.slot_busy[0, s] = 0
+    finally:
+        buffers.stop[0] = 1
+        os.write(answer_writer.fileno(), ANSWER_STOP)
+        thread.join(5)
+    assert not thread.is_alive()
+    return got, buffers
+
+
+def test_agent_full_rollout_bootstraps_with_value_and_trains_last_transition():
+    got, _ = play_agent({"id": "tests/Chain-v0", "max_episode_frames": None}, t_max=3, rollouts=2)
+    first, second = got
+    assert first["length"] == 3 and not first["done"]
+    # rewards 1,1,1 then bootstrap V=10: R2 = 1 + 5 = 6, R1 = 4, R0 = 3
+    np.testing.assert_allclose(first["returns"], [3.0, 4.0, 6.0])
+    np.testing.assert_array_equal(first["obs"], [0, 1, 2])
+    np.testing.assert_array_equal(second["obs"], [3, 4, 5])  # the bootstrap state starts the next rollout
+    assert (first["versions"] == 3).all()
+
+
+def test_agent_terminal_bootstraps_zero():
+    gym.register("tests/ChainTerm-v0", entry_point=Chain, kwargs=dict(terminate_at=2))
+    got, _ = play_agent({"id": "tests/ChainTerm-v0"}, t_max=5, rollouts=2)
+    assert got[0]["length"] == 2 and got[0]["done"] and got[0]["score"] == 2.0
+    np.testing.assert_allclose(got[0]["returns"], [1.5, 1.0])  # last transition kept, V(terminal) = 0
+
+
+def test_agent_truncation_bootstraps_value():
+    gym.register("tests/ChainTrunc-v0", entry_point=Chain, kwargs=dict(truncate_at=2))
+    got, _ = play_agent({"id": "tests/ChainTrunc-v0"}, t_max=5, rollouts=1)
+    assert got[0]["length"] == 2 and got[0]["done"]
+    np.testing.assert_allclose(got[0]["returns"], [1 + 0.5 * 6, 1 + 0.5 * 10])  # bootstrap V(s_T) = 10
+
+
+# --- loss and optimizer --------------------------------------------------------------------------------
+def test_a3c_loss_matches_hand_computation():
+    logits = torch.tensor([[0.0, 0.0], [np.log(3.0), 0.0]])   # pi = [.5,.5] and [.75,.25]
+    values = torch.tensor([1.0, 2.0])
+    actions = torch.tensor([0, 1])
+    returns = torch.tensor([3.0, 0.5])
+    eps, beta = 1e-6, 0.01
+    out = a3c_loss(logits, values, actions, returns, beta=beta, log_epsilon=eps, value_coef=0.5, reduction="sum")
+    adv = np.array([2.0, -1.5])
+    logp = np.log(np.array([0.5, 0.25]) + eps)
+    policy = -(logp * adv).sum()
+    p = np.array([[0.5, 0.5], [0.75, 0.25]])
+    entropy = -(p * np.log(p + eps)).sum()
+    value = ((np.array([3.0, 0.5]) - np.array([1.0, 2.0])) ** 2).sum()
+    assert out["policy_loss"].item() == pytest.approx(policy, rel=1e-5)
+    assert out["entropy"].item() == pytest.approx(entropy, rel=1e-5)
+    assert out["value_loss"].item() == pytest.approx(value, rel=1e-5)
+    assert out["loss"].item() == pytest.approx(policy - beta * entropy + 0.5 * value, rel=1e-5)
+    mean = a3c_loss(logits, values, actions, returns, beta=beta, log_epsilon=eps, value_coef=0.5, reduction="mean")
+    assert mean["loss"].item() == pytest.approx(out["loss"].item() / 2, rel=1e-5)
+
+
+def test_advantage_does_not_train_the_value_through_the_policy_term():
+    values = torch.tensor([1.0], requires_grad=True)
+    out = a3c_loss(torch.zeros(1, 2), values, torch.tensor([0]), torch.tensor([3.0]), 0.0, 1e-6, 0.0, "sum")
+    out["loss"].backward()
+    assert values.grad is None or values.grad.abs().sum() == 0
+
+
+def test_rmsprop_tf_matches_tensorflow_formula():
+    p = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.1)
+    p.grad = torch.tensor([2.0])
+    opt.step()
+    ms = 0.9 * 1.0 + 0.1 * 4.0           # accumulator starts at 1
+    assert p.item() == pytest.approx(1.0 - 0.1 * 2.0 / np.sqrt(ms + 0.1))
+
+
+def test_networks_shapes():
+    conv = ConvActorCritic((4, 84, 84), 6, [16, 32], [8, 4], [4, 2], 256)
+    logits, value = conv(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert logits.shape == (3, 6) and value.shape == (3,)
+    mlp = MLPActorCritic((4,), 2, [8])
+    logits, value = mlp(torch.zeros(5, 4))
+    assert logits.shape == (5, 2) and value.shape == (5,)
+    with pytest.raises(ValueError, match="net=mlp"):
+        ConvActorCritic((4,), 2, [16], [8], [4], 32)
+
+
+# --- predictor and trainer threads on the real shared memory and pipes ---------------------------------
+class FakeServer:
+    def __init__(self, agents=8, t_max=5, obs=(4,)):
+        self.buffers = SharedBuffers.create(agents, 2, t_max, obs, np.float32)
+        self.prediction_queue, self.training_queue = RecordPipe(PREDICTION_REQUEST), RecordPipe(ROLLOUT)
+        self.batch_queue = queue.Queue(maxsize=100)
+        self.generations = np.zeros(agents, np.uint16)
+        self.learner = SimpleNamespace(model=MLPActorCritic(obs, 3, [16]), device=torch.device("cpu"), version=7)
+        self.counters = Counters()
+        self.episodes = []
+        self.monitor = SimpleNamespace(record_episode=lambda score, length: self.episodes.append((score, length)))
+        self.answered, self.errors = [], []
+
+    def answer(self, index):
+        self.answered.append(index)
+
+    def fail(self, message, error):
+        self.errors.append(message)
+
+
+def test_predictor_batches_all_waiting_requests_in_one_forward_pass():
+    server = FakeServer()
+    request = np.zeros(1, PREDICTION_REQUEST)
+    for agent in range(6):  # six agents ask at once, one of them a dead agent's stale request
+        request["agent"], request["generation"] = agent, 0 if agent < 5 else 9
+        server.prediction_queue.put(request)
+    predictor = Predictor(server, 0, max_batch=128)
+    predictor.start()
+    try:
+        assert_eventually(lambda: len(server.answered) == 5)
+        time.sleep(0.2)
+    finally:
+        predictor.stopping.set()
+        predictor.join(2)
+    assert predictor.batches == 1 and predictor.predictions == 5
+    assert sorted(server.answered) == [0, 1, 2, 3, 4]
+    assert (server.buffers.answer_version[:5] == 7).all()
+    assert set(server.buffers.answer_action[:5]) <= {0, 1, 2}
+
+
+def test_predictor_respects_max_batch():
+    server = FakeServer()
+    request = np.zeros(1, PREDICTION_REQUEST)
+    for agent in range(8):
+        request["agent"] = agent
+        server.prediction_queue.put(request)
+    predictor = Predictor(server, 0, max_batch=3)
+    predictor.start()
+    try:
+        assert_eventually(lambda: len(server.answered) == 8)
+    finally:
+        predictor.stopping.set()
+        predictor.join(2)
+    assert predictor.batches == 3  # 3 + 3 + 2
+
+
+def ship_rollouts(server, count, length, t_max=5):
+    record = np.zeros(1, ROLLOUT)
+    for i in range(count):
+        agent, slot = i % 8, (i // 8) % 2
+        server.buffers.returns[agent, slot, :length] = i
+        server.buffers.slot_busy[agent, slot] = 1
+        record["agent"], record["slot"], record["length"] = agent, slot, length
+        record["episode_done"], record["episode_score"], record["episode_length"] = i == 0, 21.0, 100
+        server.training_queue.put(record)
+
+
+@pytest.mark.parametrize("min_batch, expected", [(0, 5), (12, 15), (30, 30)])
+def test_trainer_honours_training_min_batch(min_batch, expected):
+    server = FakeServer()
+    ship_rollouts(server, 12, 5)
+    trainer = TrainerThread(server, 0, min_batch=min_batch, max_batch=64)
+    trainer.start()
+    try:
+        assert_eventually(lambda: server.batch_queue.qsize() * expected >= 60 // expected * expected)
+    finally:
+        trainer.stopping.set()
+        trainer.join(2)
+    sizes = [len(b["actions"]) for b in list(server.batch_queue.queue)]
+    assert sizes and all(size == expected for size in sizes), sizes
+    assert not server.buffers.slot_busy.any()            # every copied slot is released to its agent
+    assert server.episodes == [(21.0, 100)]
+    produced = 60
+    assert sum(sizes) + server.counters["discarded_steps"] == produced
+
+
+def test_two_trainers_share_the_queue_without_losing_rollouts():
+    server = FakeServer()
+    ship_rollouts(server, 16, 5)
+    trainers = [TrainerThread(server, i, min_batch=10, max_batch=64) for i in range(2)]
+    for t in trainers:
+        t.start()
+    try:
+        assert_eventually(lambda: sum(len(b["actions"]) for b in list(server.batch_queue.queue)) == 80)
+    finally:
+        for t in trainers:
+            t.stopping.set()
+            t.join(2)
+    assert server.counters["discarded_steps"] == 0 and server.counters["rollouts"] == 16
+
+
+def assert_eventually(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    assert predicate()
