@@ -142,6 +142,7 @@ class Monitor(pl.Callback):
 
     def _publish(self, m: dict) -> None:
         self.write_summary(m)
+        self.append_history(m)
         if self.logger is not None:
             self.logger.log_metrics({k: v for k, v in m.items() if isinstance(v, (int, float))
                                      and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
@@ -150,6 +151,11 @@ class Monitor(pl.Callback):
                   f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
                   f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}",
                   flush=True)
+
+    def append_history(self, m: dict) -> None:
+        """metrics.jsonl: one JSON line per window (the local history that ga3c.report plots, offline)."""
+        with open(self.output_dir / "metrics.jsonl", "a") as history:
+            history.write(json.dumps(m, default=float) + "\n")
 
     def wall_seconds(self) -> float:
         return self.wall_offset + time.monotonic() - self.start_time

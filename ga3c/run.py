@@ -149,6 +149,10 @@ def train(cfg: DictConfig) -> dict:
         dirpath=output_dir / "checkpoints", filename="{step}", save_last=True, save_top_k=cfg.checkpoint.keep,
         monitor="step", mode="max", train_time_interval=timedelta(minutes=cfg.checkpoint.every_minutes))
     callbacks = [run_state, monitor, checkpoints]
+    if cfg.get("video") and cfg.video.every_minutes:  # gameplay videos while training (off by default)
+        from ga3c.video import make_training_video
+
+        callbacks.append(make_training_video(cfg, server, output_dir))
     if cfg.autotune.name != "off":
         from ga3c.autotune import make_autotuner
 

@@ -1,0 +1,532 @@
+"""Turn run and multirun directories into one self-contained HTML report with PNG plots.
+
+    python -m ga3c.report multirun/2026-11-30/14-00-00 [outputs/...] [-o report_dir] [--title T] [--wandb-report]
+
+Every directory under the given ones that holds a summary.json is a run. It reads only what runs write
+locally (summary.json, metrics.jsonl, .hydra/), so it works offline. Runs are labelled by the keys their
+sweep varied (their Hydra overrides that differ between runs; seeds are repetitions of one configuration).
+Writes OUT/report.html (plots embedded, nothing else needed to view it), OUT/*.png and OUT/runs.csv.
+With --wandb-report and W&B online it also publishes a W&B Report of the runs' group(s).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+IGNORED_KEYS = ("hydra.", "output_dir", "ckpt_path", "wandb.", "log.", "trainer.max_time", "max_frames",
+                "checkpoint.", "video.")
+GROUPS = ("game", "net", "algo", "autotune", "optimizer", "experiment")
+
+
+@dataclass
+class Run:
+    path: Path
+    summary: dict
+    history: list[dict]
+    overrides: dict[str, str] = field(default_factory=dict)
+    choices: dict[str, str] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    label: str = ""
+    seed: str = "0"
+
+    @property
+    def algo(self) -> str:
+        return self.choices.get("algo") or str(self.summary.get("algo") or "ga3c")
+
+    @property
+    def game(self) -> str:
+        return self.choices.get("game") or str(self.config.get("game", {}).get("name", "?"))
+
+    @property
+    def net(self) -> str:
+        return self.choices.get("net", "?")
+
+    @property
+    def autotuned(self) -> bool:
+        tuner = self.choices.get("autotune") or _option(self.config.get("autotune", {}).get("name", "off"))
+        counts = {(h.get("agents"), h.get("predictors"), h.get("trainers")) for h in self.history[:-1]}
+        return tuner not in ("off", "None") or len(counts) > 1
+
+    def series(self, key: str) -> list[float]:
+        return [float(h[key]) if isinstance(h.get(key), (int, float)) else math.nan for h in self.history]
+
+    def steady(self, key: str) -> float:
+        """Mean of a window rate over the run, without the start-up window and the final (stopping) one."""
+        values = [v for v in self.series(key) if not math.isnan(v)]
+        if len(values) > 3:
+            values = values[1:-1]
+        return statistics.fmean(values) if values else math.nan
+
+    def final(self, key: str) -> float:
+        value = self.summary.get(key)
+        return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+# --- reading runs ----------------------------------------------------------------------------------------
+def _read_yaml(path: Path):
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # noqa: BLE001 - a damaged .hydra file only costs the labels
+        return None
+
+
+def _option(value) -> str:
+    """A config group option as its file name (YAML 1.1 reads an unquoted `off` as False)."""
+    return {False: "off", True: "on"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+
+
+def read_run(path: Path) -> Run:
+    summary = json.loads((path / "summary.json").read_text())
+    history = []
+    if (path / "metrics.jsonl").is_file():
+        for line in (path / "metrics.jsonl").read_text().splitlines():
+            try:
+                history.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+    if not history:
+        history = [summary]
+    overrides = {}
+    for item in _read_yaml(path / ".hydra" / "overrides.yaml") or []:
+        key, _, value = str(item).lstrip("+~").partition("=")
+        overrides[key] = value
+    hydra = _read_yaml(path / ".hydra" / "hydra.yaml") or {}
+    choices = {k: _option(v) for k, v in (hydra.get("hydra", {}).get("runtime", {}).get("choices", {}) or {}).items()
+               if k in GROUPS}
+    config = _read_yaml(path / ".hydra" / "config.yaml") or {}
+    seed = overrides.get("seed", str(config.get("seed", 0)))
+    return Run(path, summary, history, overrides, choices, config, seed=seed)
+
+
+def find_runs(paths: list[Path]) -> list[Run]:
+    runs, seen = [], set()
+    for root in paths:
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such directory")
+        for directory, subdirs, files in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if d not in ("wandb", "checkpoints", ".hydra", "videos"))
+            if "summary.json" in files and Path(directory).resolve() not in seen:
+                seen.add(Path(directory).resolve())
+                runs.append(read_run(Path(directory)))
+    return runs
+
+
+def label_runs(runs: list[Run]) -> list[str]:
+    """Label each run by the keys that differ between runs (config groups and Hydra overrides), seeds aside.
+    Returns the varied keys."""
+    params = []
+    for run in runs:
+        p = {k: v for k, v in run.overrides.items() if not k.startswith(IGNORED_KEYS) and k != "seed"}
+        p.update(run.choices)
+        if "experiment" in p and p["experiment"] in ("None", "null"):
+            p.pop("experiment")
+        params.append(p)
+    keys = sorted({k for p in params for k in p})
+    varied = [k for k in keys if len({p.get(k, "default") for p in params}) > 1]
+    for run, p in zip(runs, params):
+        run.label = ", ".join(f"{k}={p.get(k, 'default')}" for k in varied) or run.path.name
+    if not varied and len({r.label for r in runs}) < len(runs):   # same leaf names: use relative paths
+        for run in runs:
+            run.label = str(run.path)
+    return varied
+
+
+# --- plotting --------------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 10,
+                         "axes.titlesize": 11, "legend.fontsize": 8})
+    return plt
+
+
+def _colors(labels: list[str]) -> dict[str, tuple]:
+    plt = _plt()
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
+def _time_axis(runs: list[Run]) -> tuple[float, str]:
+    longest = max((max(r.series("wall_seconds") or [0]) for r in runs), default=0)
+    return (3600.0, "wall time (hours)") if longest > 3 * 3600 else (60.0, "wall time (minutes)") \
+        if longest > 600 else (1.0, "wall time (s)")
+
+
+def _frames_axis(runs: list[Run]) -> tuple[float, str]:
+    most = max((max(r.series("frames") or [0]) for r in runs), default=0)
+    return (1e6, "env frames (millions, frame skip included)") if most >= 2e6 else \
+        (1e3, "env frames (thousands, frame skip included)")
+
+
+def _legend(ax, colors: dict, seeds: dict[str, int], title: str | None) -> None:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, lw=2, label=f"{label} ({seeds[label]} runs)" if seeds[label] > 1 else label)
+               for label, c in colors.items()]
+    ax.legend(handles=handles, title=title, loc="best", frameon=True)
+
+
+def plot_scores(runs: list[Run], varied: list[str], out: Path) -> list[Path]:
+    plt = _plt()
+    labels = sorted({r.label for r in runs})
+    colors, seeds = _colors(labels), {label: sum(r.label == label for r in runs) for label in labels}
+    title = ", ".join(varied) if varied else None
+    paths = []
+    for name, key, (scale, xlabel) in (("score_vs_time", "wall_seconds", _time_axis(runs)),
+                                       ("score_vs_frames", "frames", _frames_axis(runs))):
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        for run in runs:
+            x = [v / scale for v in run.series(key)]
+            ax.plot(x, run.series("score_mean_100"), color=colors[run.label], lw=1.6, alpha=0.9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("score (mean of last 100 episodes, raw)")
+        ax.set_title(f"Score against {'wall time' if key == 'wall_seconds' else 'env frames'}")
+        ax.set_xlim(left=0)
+        _legend(ax, colors, seeds, title)
+        fig.tight_layout()
+        paths.append(out / f"{name}.png")
+        fig.savefig(paths[-1])
+        plt.close(fig)
+    return paths
+
+
+def _by_label(runs: list[Run]) -> dict[str, list[Run]]:
+    groups: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: r.label):
+        groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan, 0.0
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def plot_throughput(runs: list[Run], out: Path) -> Path:
+    plt = _plt()
+    groups = _by_label(runs)
+    labels = list(groups)
+    metrics = (("fps", "frames/s", "env frames per second (FPS)"), ("pps", "predictions/s", "predictions per second (PPS)"),
+               ("tps", "updates/s", "trainings per second (TPS)"))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 0.9 + 0.45 * max(len(labels), 3)), sharey=True)
+    colors = _colors(labels)
+    for ax, (key, unit, title) in zip(axes, metrics):
+        stats = [_mean_std([r.steady(key) for r in groups[label]]) for label in labels]
+        means = [0 if math.isnan(m) else m for m, _ in stats]
+        ax.barh(range(len(labels)), means, xerr=[s for _, s in stats], color=[colors[label] for label in labels],
+                capsize=3)
+        for i, (m, _) in enumerate(stats):
+            ax.text(m if not math.isnan(m) else 0, i, f" {m:,.0f}" if m >= 100 else f" {m:.1f}", va="center",
+                    fontsize=8)
+        ax.set_xlabel(unit)
+        ax.set_title(title)
+        ax.set_xlim(right=max(means or [1]) * 1.25 or 1)
+    axes[0].set_yticks(range(len(labels)), labels)
+    axes[0].invert_yaxis()
+    fig.suptitle("Throughput per configuration (mean of the run's windows; bars: spread over runs)", fontsize=11)
+    fig.tight_layout()
+    path = out / "throughput.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_counts(runs: list[Run], out: Path) -> Path:
+    plt = _plt()
+    scale, xlabel = _time_axis(runs)
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    colors = _colors([str(r.path.name) + " " + r.label for r in runs])
+    for run in runs:
+        # the final window is measured after shutdown (no agents left): not a count the tuner chose
+        n = len(run.history) - 1 if len(run.history) > 1 and not run.history[-1].get("agents") else len(run.history)
+        x = [v / scale for v in run.series("wall_seconds")[:n]]
+        name = str(run.path.name) + " " + run.label
+        for ax, key in zip(axes, ("agents", "predictors", "trainers")):
+            ax.step(x, run.series(key)[:n], where="post", color=colors[name], lw=1.6, label=name)
+    for ax, title in zip(axes, ("N_A (agents)", "N_P (predictors)", "N_T (trainers)")):
+        ax.set_ylabel(title)
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1) * 1.1)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_title("Counts chosen by the auto-tuner over time")
+    axes[0].legend(loc="best")
+    axes[-1].set_xlabel(xlabel)
+    fig.tight_layout()
+    path = out / "autotune_counts.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_policy_lag(runs: list[Run], out: Path) -> Path:
+    plt = _plt()
+    labels = sorted({r.label for r in runs})
+    colors = _colors(labels)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for run in runs:
+        x = run.steady("training_batch_mean")
+        lag = [v for v in run.series("policy_lag_mean") if not math.isnan(v)]
+        lag_mean, lag_std = _mean_std(lag[1:-1] if len(lag) > 3 else lag)
+        scores = [v for v in run.series("score_mean_100") if not math.isnan(v)]
+        tail = scores[len(scores) // 2:] or [math.nan]
+        left.errorbar(x, lag_mean, yerr=lag_std, fmt="o", color=colors[run.label], capsize=3, ms=6)
+        right.errorbar(x, statistics.fmean(tail), yerr=statistics.pstdev(tail) if len(tail) > 1 else 0, fmt="s",
+                       color=colors[run.label], capsize=3, ms=6)
+    left.set_xlabel("training batch size (samples per update, measured)")
+    left.set_ylabel("policy lag (updates between acting and training)")
+    left.set_title("Policy lag against training batch size")
+    right.set_xlabel("training batch size (samples per update, measured)")
+    right.set_ylabel("score, second half of the run (mean ± std)")
+    right.set_title("Stability: score against training batch size")
+    from matplotlib.lines import Line2D
+
+    right.legend(handles=[Line2D([], [], color=colors[label], marker="o", ls="", label=label) for label in labels],
+                 loc="best")
+    fig.tight_layout()
+    path = out / "policy_lag.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_ga3c_vs_a3c(runs: list[Run], out: Path) -> Path:
+    plt = _plt()
+    keys = sorted({(r.game, r.net) for r in runs})
+    algos = ["a3c", "ga3c"]
+    colors = {"a3c": "#9e9e9e", "ga3c": "#1f77b4"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.38
+    for j, algo in enumerate(algos):
+        fps, score = [], []
+        for game, net in keys:
+            chosen = [r for r in runs if r.algo == algo and (r.game, r.net) == (game, net)]
+            fps.append(_mean_std([r.final("fps_run_mean") if not math.isnan(r.final("fps_run_mean"))
+                                  else r.steady("fps") for r in chosen]))
+            score.append(_mean_std([r.final("score_mean_100") for r in chosen]))
+        xs = [i + (j - 0.5) * width for i in range(len(keys))]
+        left.bar(xs, [0 if math.isnan(m) else m for m, _ in fps], width, yerr=[s for _, s in fps], label=algo.upper(),
+                 color=colors[algo], capsize=3)
+        right.bar(xs, [0 if math.isnan(m) else m for m, _ in score], width, yerr=[s for _, s in score],
+                  label=algo.upper(), color=colors[algo], capsize=3)
+        if algo == "ga3c":
+            for i, (game, net) in enumerate(keys):
+                base = _mean_std([r.final("fps_run_mean") for r in runs if r.algo == "a3c" and (r.game, r.net) ==
+                                  (game, net)])[0]
+                if base and not math.isnan(base) and not math.isnan(fps[i][0]):
+                    left.text(xs[i], fps[i][0] + fps[i][1], f"{fps[i][0] / base:.1f}×", ha="center", va="bottom",
+                              fontsize=9, fontweight="bold")
+    names = [f"{game}\n{net} net" for game, net in keys]
+    for ax in (left, right):
+        ax.set_xticks(range(len(keys)), names)
+        ax.legend(loc="best")
+    left.set_ylabel("env frames per second (run mean)")
+    left.set_title("Throughput: GA3C vs A3C (label: speed-up)")
+    right.set_ylabel("final score (mean of last 100 episodes)")
+    right.set_title("Learning: final score, GA3C vs A3C")
+    fig.tight_layout()
+    path = out / "ga3c_vs_a3c.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# --- the report ------------------------------------------------------------------------------------------
+def _fmt(value, digits: int = 1) -> str:
+    if isinstance(value, float):
+        return "–" if math.isnan(value) else f"{value:,.{digits}f}"
+    return html.escape(str(value))
+
+
+def build(paths: list[Path], out: Path, title: str = "GA3C report") -> dict:
+    """Write OUT/report.html, its PNGs and runs.csv; returns what was made (and why plots were skipped)."""
+    runs = find_runs(paths)
+    if not runs:
+        raise FileNotFoundError(f"no run directories (with summary.json) under {', '.join(map(str, paths))}")
+    varied = label_runs(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    sections, skipped = [], []
+    score_plots = plot_scores(runs, varied, out)
+    sections.append(("Score against wall time and frames",
+                     "One line per run, one colour per configuration of the varied keys "
+                     f"({', '.join(varied) or 'none'}); seeds share a colour.", score_plots))
+    sections.append(("Throughput", "FPS: env frames (frame skip included) per second; PPS: predictions (batched "
+                     "forward-pass samples) per second; TPS: training updates per second.",
+                     [plot_throughput(runs, out)]))
+    tuned = [r for r in runs if r.autotuned]
+    if tuned:
+        sections.append(("Auto-tuned counts", "N_A, N_P and N_T of each auto-tuned run, per window.",
+                         [plot_counts(tuned, out)]))
+    else:
+        skipped.append("Auto-tuned counts: no run was auto-tuned (autotune=off and constant counts).")
+    lagged = [r for r in runs if not math.isnan(r.steady("training_batch_mean"))
+              and not math.isnan(r.steady("policy_lag_mean"))]
+    if lagged:
+        sections.append(("Policy lag and training batch size", "Policy lag: how many updates old the policy that "
+                         "chose an action was when the sample was trained. Error bars: spread over the run's windows.",
+                         [plot_policy_lag(lagged, out)]))
+    else:
+        skipped.append("Policy lag: no run reported training_batch_mean and policy_lag_mean.")
+    if {"a3c", "ga3c"} <= {r.algo for r in runs}:
+        sections.append(("GA3C vs A3C", "Same game and network, both algorithms; bars are means over runs.",
+                         [plot_ga3c_vs_a3c(runs, out)]))
+    else:
+        skipped.append("GA3C vs A3C: the runs are not of both algorithms (algo=ga3c and algo=a3c).")
+
+    columns = ["run", "label", "game", "net", "algo", "seed", "status", "frames", "wall_seconds", "score_mean_100",
+               "fps_run_mean", "pps", "tps", "training_batch_mean", "policy_lag_mean", "agents", "predictors",
+               "trainers"]
+    rows = []
+    for run in runs:
+        rows.append(dict(run=str(run.path), label=run.label, game=run.game, net=run.net, algo=run.algo, seed=run.seed,
+                         status=run.summary.get("status", "?"), frames=run.final("frames"),
+                         wall_seconds=run.final("wall_seconds"), score_mean_100=run.final("score_mean_100"),
+                         fps_run_mean=run.final("fps_run_mean"), pps=run.steady("pps"), tps=run.steady("tps"),
+                         training_batch_mean=run.steady("training_batch_mean"),
+                         policy_lag_mean=run.steady("policy_lag_mean"), agents=run.summary.get("agents"),
+                         predictors=run.summary.get("predictors"), trainers=run.summary.get("trainers")))
+    with open(out / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    images = [p for _, _, ps in sections for p in ps]
+    (out / "report.html").write_text(_html(title, paths, varied, rows, columns, sections, skipped))
+    return dict(html=out / "report.html", images=images, runs=runs, varied=varied, skipped=skipped)
+
+
+def _html(title, paths, varied, rows, columns, sections, skipped) -> str:
+    head = ("<style>body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;"
+            "text-align:right}td:nth-child(-n+6),th{text-align:left}img{max-width:100%;border:1px solid #eee}"
+            "code{background:#f4f4f4;padding:0 3px}</style>")
+    shown = ["label", "game", "net", "algo", "seed", "status", "frames", "wall_seconds", "score_mean_100",
+             "fps_run_mean", "pps", "tps", "training_batch_mean", "policy_lag_mean"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{head}</head><body>",
+             f"<h1>{html.escape(title)}</h1>",
+             f"<p>{len(rows)} runs from {', '.join(f'<code>{html.escape(str(p))}</code>' for p in paths)}; "
+             f"generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m ga3c.report</code>. "
+             f"Varied keys: {html.escape(', '.join(varied) or 'none')}.</p>",
+             "<h2>Runs</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in shown) + "</tr>"]
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{_fmt(row[c], 0 if c in ('frames',) else 1)}</td>" for c in shown) + "</tr>")
+    parts.append("</table><p>Rates (pps, tps, batch, lag) are means over the run's windows; fps_run_mean is frames "
+                 "over wall time. Full paths are in runs.csv.</p>")
+    for heading, text, images in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
+        for image in images:
+            data = base64.b64encode(image.read_bytes()).decode()
+            parts.append(f"<p><img alt='{image.stem}' src='data:image/png;base64,{data}'></p>")
+    if skipped:
+        parts.append("<h2>Not drawn</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in skipped) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# --- W&B Report ------------------------------------------------------------------------------------------
+def wandb_online() -> tuple[bool, str]:
+    """Whether a W&B Report can be published from here, and if not, why."""
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return False, f"WANDB_MODE={os.environ['WANDB_MODE']}"
+    try:
+        import wandb_workspaces.reports.v2  # noqa: F401
+    except ImportError:
+        return False, "the wandb-workspaces package is not installed (pip install wandb-workspaces)"
+    try:
+        import wandb
+
+        if not wandb.Api(timeout=10).api_key:
+            return False, "not logged in to W&B (wandb login)"
+    except Exception as error:  # noqa: BLE001
+        return False, f"W&B cannot be reached ({type(error).__name__}: {error})"
+    return True, "online"
+
+
+def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None,
+                         entity: str | None) -> str:
+    """A W&B Report with score/throughput panels over the runs' W&B group(s). Returns its URL."""
+    import wandb_workspaces.reports.v2 as wr
+
+    def cfg(run: Run, key: str):
+        value = run.config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    project = project or next((cfg(r, "wandb.project") for r in runs if cfg(r, "wandb.project")), "ga3c")
+    entity = entity or next((cfg(r, "wandb.entity") for r in runs if cfg(r, "wandb.entity")), None)
+    groups = sorted({str(cfg(r, "wandb.group")) for r in runs if cfg(r, "wandb.group")})
+    runsets = [wr.Runset(entity=entity or "", project=project, name=group,
+                         filters=f"Config('wandb.group') == '{group}'") for group in groups] or \
+        [wr.Runset(entity=entity or "", project=project)]
+    panels = [wr.LinePlot(title="score vs frames", x="trainer/global_step", y=["score_mean_100"]),
+              wr.LinePlot(title="score vs wall time", x="Relative Time (Wall)", y=["score_mean_100"]),
+              wr.LinePlot(title="throughput", x="trainer/global_step", y=["fps", "pps", "tps"]),
+              wr.LinePlot(title="N_A, N_P, N_T", x="trainer/global_step", y=["agents", "predictors", "trainers"]),
+              wr.LinePlot(title="policy lag", x="trainer/global_step", y=["policy_lag_mean", "training_batch_mean"]),
+              wr.BarPlot(title="frames/s", metrics=["fps_run_mean"])]
+    report = wr.Report(project=project, entity=entity or "", title=title,
+                       description=f"{len(runs)} runs; groups {', '.join(groups) or '(none)'}; "
+                                   f"varied keys {', '.join(varied) or 'none'}",
+                       blocks=[wr.H1(text=title), wr.PanelGrid(runsets=runsets, panels=panels)])
+    report.save()
+    return report.url
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ga3c.report", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories (searched recursively)")
+    parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR/report for one DIR, "
+                        "else ./reports/DATE_TIME)")
+    parser.add_argument("--title", default=None, help="report title")
+    parser.add_argument("--wandb-report", action="store_true", help="also publish a W&B Report (needs W&B online)")
+    parser.add_argument("--project", default=None, help="W&B project of the report (default: the runs')")
+    parser.add_argument("--entity", default=None, help="W&B entity of the report (default: the runs')")
+    args = parser.parse_args(argv)
+    out = args.out or (args.dirs[0] / "report" if len(args.dirs) == 1 else
+                       Path("reports") / time.strftime("%Y-%m-%d_%H-%M-%S"))
+    title = args.title or f"GA3C report: {', '.join(p.name or str(p) for p in args.dirs)}"
+    try:
+        made = build(args.dirs, out, title)
+    except FileNotFoundError as error:
+        print(f"ga3c.report: error: {error}", file=sys.stderr)
+        return 2
+    print(f"[report] {len(made['runs'])} runs, varied keys: {', '.join(made['varied']) or 'none'}")
+    for image in made["images"]:
+        print(f"[report] plot: {image}")
+    for reason in made["skipped"]:
+        print(f"[report] not drawn: {reason}")
+    print(f"[report] HTML: {made['html']}")
+    if args.wandb_report:
+        online, why = wandb_online()
+        if not online:
+            print(f"[report] W&B is offline ({why}): no W&B Report published; the HTML report above has "
+                  "everything. Upload runs with `wandb sync DIR/wandb/offline-run-*`, then run this again.")
+        else:
+            try:
+                print(f"[report] W&B Report: {publish_wandb_report(made['runs'], made['varied'], title, args.project, args.entity)}")
+            except Exception as error:  # noqa: BLE001 - the HTML report is written either way
+                print(f"[report] W&B Report failed ({type(error).__name__}: {error}); the HTML report is written")
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

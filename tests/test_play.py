@@ -1,0 +1,120 @@
+"""Evaluating a checkpoint (python -m ga3c.play) and the training-time gameplay video."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+from ga3c.play import PlayError, parse_args
+from tests.conftest import REPO, assert_no_leftovers, read_summary, run_train
+
+
+def play(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "ga3c.play", *args], cwd=REPO, capture_output=True, text=True,
+                            timeout=timeout, env=dict(os.environ, **(env or {})))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+def mp4_frames(path: Path) -> int:
+    reader = imageio.get_reader(str(path))
+    try:
+        return sum(1 for _ in reader)
+    finally:
+        reader.close()
+
+
+def check_table(stdout: str, scores: dict) -> None:
+    """The printed summary row is the statistics of the printed episode scores."""
+    episodes = [e["score"] for e in scores["episodes"]]
+    assert scores["score_mean"] == pytest.approx(statistics.fmean(episodes))
+    assert scores["score_median"] == pytest.approx(statistics.median(episodes))
+    assert (scores["score_min"], scores["score_max"]) == (min(episodes), max(episodes))
+    assert "| episodes | mean | median | min | max | std |" in stdout
+    row = f"| {len(episodes)} | {statistics.fmean(episodes):.2f} | {statistics.median(episodes):.2f} | "
+    assert row in stdout, stdout
+    for i, score in enumerate(episodes):
+        assert f"| {i + 1} | {score:g} |" in stdout
+
+
+@pytest.fixture
+def untrained_run(tmp_path) -> Path:
+    """A run directory as train.py leaves it (.hydra/overrides.yaml, checkpoints/last.ckpt), with an
+    untrained CartPole network: fast, and enough to test the plumbing."""
+    from ga3c.networks import MLPActorCritic
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- game=cartpole\n- hydra.run.dir=somewhere\n")
+    (run / "checkpoints").mkdir()
+    model = MLPActorCritic(obs_shape=(4,), num_actions=2, hidden=[64, 64])
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "global_step": 7},
+               run / "checkpoints" / "last.ckpt")
+    return run
+
+
+def test_play_untrained_cartpole_checkpoint_writes_mp4_and_table(untrained_run):
+    result = play(f"ckpt_path={untrained_run / 'checkpoints' / 'last.ckpt'}", "episodes=3", "greedy=true",
+                  "wandb.mode=disabled")
+    out = untrained_run / "play-greedy"
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["game"] == "cartpole" and scores["greedy"] is True and scores["global_step"] == 7
+    assert len(scores["episodes"]) == 3
+    check_table(result.stdout, scores)
+    best = scores["episodes"][scores["best_episode"] - 1]
+    assert best["score"] == scores["score_max"]
+    # CartPole gives +1 a step: the best episode's video has its reset frame plus one frame per step
+    assert mp4_frames(out / "best_episode.mp4") == best["steps"] + 1
+    assert not (out / ".episodes").exists()
+
+
+def test_play_sampled_actions_max_steps_and_run_dir_argument(untrained_run, tmp_path):
+    out = tmp_path / "eval"
+    play(f"ckpt_path={untrained_run}", "episodes=2", "max_steps=5", f"output_dir={out}", "video=false",
+         "wandb.mode=disabled")
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["greedy"] is False
+    assert all(e["steps"] <= 5 for e in scores["episodes"])
+    assert not (out / "best_episode.mp4").exists() and scores["video"] is None
+
+
+def test_play_argument_errors(untrained_run, tmp_path):
+    for argv, message in (([], "ckpt_path is required"), (["ckpt_path=x", "episodes=0"], "episodes must be >= 1"),
+                          (["ckpt_path=x", "greedy=maybe"], "greedy must be true or false"),
+                          (["episodes"], "key=value")):
+        with pytest.raises(PlayError, match=message):
+            parse_args(argv)
+    result = subprocess.run([sys.executable, "-m", "ga3c.play", f"ckpt_path={tmp_path / 'nope.ckpt'}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no checkpoint file" in result.stderr
+    wrong = subprocess.run([sys.executable, "-m", "ga3c.play", f"ckpt_path={untrained_run}", "game=pong",
+                            "wandb.mode=disabled"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and "does not fit game=pong" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_trained_cartpole_checkpoint_plays_better_than_chance_with_training_video(tmp_path):
+    """Train CartPole for real (with a training video every ~2 s), then evaluate its checkpoint with W&B offline."""
+    run = tmp_path / "run"
+    run_train(run, "game=cartpole", "max_frames=20000", "video.every_minutes=0.03", "video.max_steps=300",
+              "wandb.mode=offline")
+    assert read_summary(run)["status"] == "finished"
+    videos = sorted((run / "videos").glob("*.mp4"))
+    assert videos, "training wrote no gameplay video"
+    assert all(mp4_frames(v) >= 2 for v in videos)
+    assert_no_leftovers(str(run))
+    result = play(f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "episodes=5", env={"WANDB_SILENT": "true"})
+    out = run / "play-sampled"
+    scores = json.loads((out / "scores.json").read_text())
+    check_table(result.stdout, scores)
+    assert mp4_frames(out / "best_episode.mp4") > 1
+    # a uniformly random CartPole policy averages ~22 steps; 20k frames of training do far better
+    assert scores["score_mean"] > 40, scores
+    assert list((out / "wandb").glob("offline-run-*")), "play logs its results to W&B (offline here)"
