@@ -1,0 +1,498 @@
+"""The throughput benchmark (the paper's RQ1 and RQ5): GA3C against CPU A3C and the env-only ceiling.
+
+    python -m ga3c.bench game=pong net=small              # 3 arms x (warm-up + 60 s), one after another
+    python -m ga3c.bench game=pong net=large bench.seconds_per_arm=120
+
+Each arm is a separate `python train.py` process with the same overrides, its own output subdirectory
+and the same wall time: the env-only ceiling (`algo=ceiling`: GA3C's agent processes stepping random
+actions, no network), A3C (`algo=a3c`) and GA3C (`algo=ga3c`). The bench polls each arm's summary.json,
+measures its rates over the window after the warm-up (cumulative counters, not one window), samples the
+CPU time of the arm's process tree, the machine's CPU and the GPU, and writes into its output directory:
+bench.md (the table, ratios and where the time goes), bench.png (bar chart), bench.json; the same figures
+go to W&B (job_type=bench). `algo=ceiling` also works on its own: `python train.py algo=ceiling`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]
+ARM_ALGOS = {"ceiling": "ceiling", "a3c": "a3c", "ga3c": "ga3c"}
+LABELS = {"ceiling": "env-only ceiling", "a3c": "A3C (CPU)", "ga3c": "GA3C"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --- the env-only ceiling: `algo=ceiling` ----------------------------------------------------------------
+def train_ceiling(cfg: DictConfig) -> dict:
+    """GA3C's agent processes stepping random actions (no network, no shipping): the frames/s ceiling of
+    the envs and processes alone. Same outputs as a GA3C run (summary.json, W&B), no checkpoint."""
+    import torch
+    from hydra.utils import instantiate
+
+    from ga3c.config import check_output_dir
+    from ga3c.env import env_spec
+    from ga3c.learner import Learner
+    from ga3c.monitor import Counters, Monitor
+    from ga3c.run import StopSignals, finish_wandb, make_logger
+    from ga3c.server import Server, stop_forkserver
+    from ga3c.a3c import parse_max_time
+
+    output_dir = Path(cfg.output_dir)
+    check_output_dir(output_dir)
+    torch.set_num_threads(cfg.torch_threads)
+    obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
+    model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)  # never used: no predictions
+    counters = Counters()
+    learner = Learner(model, instantiate(cfg.learner.optimizer), counters=counters)
+    server = Server(cfg, learner, counters, obs_shape, obs_dtype, cfg.agents, random_actions=True)
+    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
+    server.monitor = monitor
+    wandb_id = cfg.wandb.id
+    if cfg.wandb.mode != "disabled" and wandb_id is None:
+        import secrets
+
+        wandb_id = secrets.token_hex(4)
+    logger = make_logger(cfg, output_dir, wandb_id)
+    if logger:
+        logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
+    max_time = parse_max_time(cfg.trainer.get("max_time"))
+    status = "failed"
+    try:
+        with StopSignals(server):
+            monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
+            server.start()
+            while not server.stopping.wait(0.2):
+                if max_time is not None and monitor.wall_seconds() >= max_time:
+                    server.request_stop("trainer.max_time")
+            status = "failed" if server.error else "finished"
+    finally:
+        server.shutdown()
+        metrics = monitor.tick(force=True) or monitor.latest
+        monitor.write_summary(metrics, status=status)
+        finish_wandb()
+        server.close()
+        stop_forkserver()
+    if server.error is not None:
+        raise server.error
+    return metrics
+
+
+# --- measuring an arm ------------------------------------------------------------------------------------
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [pid], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """user + system CPU seconds of each pid."""
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError):
+        return math.nan, math.nan
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return float(sum(values[:8]) - idle), float(sum(values[:8]))
+
+
+class GpuSampler(threading.Thread):
+    """Samples GPU utilisation (nvidia-smi, every second) while an arm runs; nothing where there is no GPU."""
+
+    def __init__(self):
+        super().__init__(name="gpu-sampler", daemon=True)
+        self.samples: list[tuple[float, float]] = []
+        self.stopping = threading.Event()
+        self.available = shutil.which("nvidia-smi") is not None
+
+    def run(self) -> None:
+        while self.available and not self.stopping.wait(1.0):
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout.split()
+                self.samples.append((time.monotonic(), sum(float(v) for v in out) / max(len(out), 1)))
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                self.available = False
+
+    def mean(self, start: float, end: float) -> float | None:
+        inside = [u for t, u in self.samples if start <= t <= end]
+        return sum(inside) / len(inside) / 100.0 if inside else None
+
+
+def arm_overrides(cfg: DictConfig, arm: str, user: list[str], run_dir: Path) -> list[str]:
+    """The overrides of one arm: the user's, then the arm's algo, wall time and output directory."""
+    bench = cfg.bench
+    seconds = int(math.ceil(float(bench.warmup_seconds) + float(bench.seconds_per_arm)))
+    max_time = f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    extra = list((bench.get("arm_overrides") or {}).get(arm, []) or [])
+    if arm == "a3c":
+        a3c_agents = bench.a3c_agents if bench.a3c_agents is not None else (os.cpu_count() or 1)
+        extra = [f"agents={a3c_agents}"] + extra
+    replaced = {o.split("=", 1)[0].lstrip("+~") for o in extra}
+    kept = [o for o in user if o.split("=", 1)[0].lstrip("+~") not in replaced]
+    group = cfg.wandb.group or f"bench-{cfg.game.name}"
+    return [*kept, *extra, f"algo={ARM_ALGOS[arm]}", f"hydra.run.dir={run_dir}", f"trainer.max_time={max_time}",
+            "max_frames=null", "ckpt_path=null", f"log.every_seconds={bench.log_every_seconds}",
+            "log.progress=false", f"wandb.group={group}", f"wandb.name={arm}"]
+
+
+def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: threading.Event) -> dict:
+    """Run one arm to its end; poll its summary.json and CPU use; return its figures over the window."""
+    bench = cfg.bench
+    command = [sys.executable, str(REPO / "train.py"), *arm_overrides(cfg, arm, user, run_dir)]
+    print(f"[bench] {arm}: {shlex.join(command[1:])}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    gpu = GpuSampler()
+    gpu.start()
+    seen: list[dict] = []          # distinct summaries, each with the poll sample when it first appeared
+    last_wall = None
+    started = time.monotonic()
+    limit = float(bench.warmup_seconds) + float(bench.seconds_per_arm) + float(bench.startup_grace_seconds)
+    with open(run_dir / "bench_arm.log", "w") as output:
+        process = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # its own group: a timeout kills all of it
+        try:
+            while True:
+                finished = process.poll() is not None
+                summary = _read_json(run_dir / "summary.json")
+                now = time.monotonic()
+                if summary is not None and summary.get("wall_seconds") != last_wall:
+                    last_wall = summary.get("wall_seconds")
+                    cpu = cpu_seconds(process_tree(process.pid)) if not finished else {}
+                    seen.append(dict(summary=summary, t=now, cpu=cpu, machine=machine_cpu()))
+                if finished:
+                    break
+                if stop.is_set():
+                    process.send_signal(signal.SIGINT)
+                    stop.clear()
+                if now - started > limit:
+                    print(f"[bench] {arm}: no end after {limit:.0f} s; stopping it", flush=True)
+                    _terminate(process)
+                    break
+                time.sleep(float(bench.poll_seconds))
+        except BaseException:
+            _terminate(process)
+            raise
+        finally:
+            gpu.stopping.set()
+    returncode = process.wait()
+    return measure(arm, seen, float(bench.warmup_seconds), gpu, returncode, run_dir)
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    """SIGTERM the arm's process group (a graceful stop), SIGKILL what is left after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+WINDOW_MEANS = ("pps", "predictor_busy_share", "predictor_compute_share", "trainer_busy_share",
+                "prediction_batch_mean", "training_batch_mean", "prediction_queue_depth", "training_queue_depth",
+                "batch_queue_depth", "policy_lag_mean", "a3c_env_share", "a3c_forward_share", "a3c_train_share",
+                "a3c_sync_share")
+
+
+def measure(arm: str, seen: list[dict], warmup: float, gpu: GpuSampler, returncode: int, run_dir: Path) -> dict:
+    """Rates over the measured window: from the first summary after the warm-up to the last one written
+    while the arm still ran (the final one also covers the shutdown). Cumulative counters give frames/s,
+    TPS and samples/s; window rates (PPS, shares, batch sizes) are averaged weighted by window length."""
+    running = [s for s in seen if s["summary"].get("status") == "running"]
+    final = seen[-1]["summary"] if seen else {}
+    result = dict(arm=arm, label=LABELS[arm], returncode=returncode, status=final.get("status", "no summary"),
+                  run_dir=str(run_dir), agents=final.get("agents"), predictors=final.get("predictors"),
+                  trainers=final.get("trainers"), score_mean_100=final.get("score_mean_100"))
+    after = [s for s in running if s["summary"]["wall_seconds"] >= warmup]
+    if len(after) < 2:  # a short arm: fall back to every running summary
+        after = running
+    if len(after) < 2:
+        log.warning("arm %s wrote fewer than two summaries: no figures", arm)
+        return result | dict(seconds=0.0)
+    first, last = after[0], after[-1]
+    a, b = first["summary"], last["summary"]
+    dt = max(b["wall_seconds"] - a["wall_seconds"], 1e-9)
+    result.update(seconds=dt, fps=(b["frames"] - a["frames"]) / dt,
+                  tps=(b["updates"] - a["updates"]) / dt,
+                  samples_per_s=(b["trained_steps"] - a["trained_steps"]) / dt)
+    windows = after[1:]
+    weights = [w["summary"]["wall_seconds"] - p["summary"]["wall_seconds"] for p, w in zip(after, after[1:])]
+    for key in WINDOW_MEANS:
+        pairs = [(w["summary"].get(key), x) for w, x in zip(windows, weights)]
+        pairs = [(v, x) for v, x in pairs if isinstance(v, (int, float)) and not math.isnan(v)]
+        total = sum(x for _, x in pairs)
+        result[key] = sum(v * x for v, x in pairs) / total if total > 0 else None
+    if arm == "ceiling":
+        result["pps"] = 0.0  # no network: nothing is predicted or trained
+    # CPU: the arm's process tree, and the whole machine (other users included), over the same window
+    poll_dt = max(last["t"] - first["t"], 1e-9)
+    tree = sum(max(v - first["cpu"].get(pid, 0.0), 0.0) for pid, v in last["cpu"].items())
+    cores = os.cpu_count() or 1
+    result["cpu_util"] = tree / poll_dt / cores
+    (busy0, total0), (busy1, total1) = first["machine"], last["machine"]
+    result["machine_cpu_busy"] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
+    result["gpu_util"] = gpu.mean(first["t"], last["t"])
+    return result
+
+
+# --- the report ------------------------------------------------------------------------------------------
+def fmt(value, digits: int = 0, percent: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if percent:
+        return f"{100 * value:.0f} %"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(a: dict | None, b: dict | None, key: str) -> float | None:
+    if not a or not b or not a.get(key) or not b.get(key):
+        return None
+    return a[key] / b[key]
+
+
+def ratios(results: dict) -> dict:
+    ga3c, a3c, ceiling = results.get("ga3c"), results.get("a3c"), results.get("ceiling")
+    return {"ga3c_over_a3c_samples_per_s": ratio(ga3c, a3c, "samples_per_s"),
+            "ga3c_over_a3c_fps": ratio(ga3c, a3c, "fps"),
+            "ga3c_over_a3c_tps": ratio(ga3c, a3c, "tps"),
+            "ga3c_over_ceiling_fps": ratio(ga3c, ceiling, "fps"),
+            "a3c_over_ceiling_fps": ratio(a3c, ceiling, "fps")}
+
+
+def markdown(results: dict, meta: dict) -> str:
+    r = ratios(results)
+    lines = [f"# GA3C throughput benchmark: {meta['game']}, net={meta['net']}", "",
+             f"- command: `{meta['command']}`",
+             f"- machine: {meta['machine']}",
+             f"- {meta['seconds_per_arm']:.0f} s measured per arm after a {meta['warmup_seconds']:.0f} s warm-up; "
+             f"arms run one after another; date {meta['date']}", "",
+             "| arm | NA/NP/NT | env frames/s | PPS | TPS | training samples/s | CPU util (arm) | machine CPU busy "
+             "| GPU util |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for arm, m in results.items():
+        counts = f"{m.get('agents')}/{m.get('predictors')}/{m.get('trainers')}"
+        lines.append(f"| {m['label']} | {counts} | {fmt(m.get('fps'))} | {fmt(m.get('pps'))} | {fmt(m.get('tps'), 1)} "
+                     f"| {fmt(m.get('samples_per_s'))} | {fmt(m.get('cpu_util'), percent=True)} "
+                     f"| {fmt(m.get('machine_cpu_busy'), percent=True)} | {fmt(m.get('gpu_util'), percent=True)} |")
+    lines += ["", "| ratio | value |", "| --- | ---: |",
+              f"| GA3C / A3C, training samples/s | {fmt(r['ga3c_over_a3c_samples_per_s'], 2)} |",
+              f"| GA3C / A3C, env frames/s | {fmt(r['ga3c_over_a3c_fps'], 2)} |",
+              f"| GA3C / env-only ceiling, env frames/s | {fmt(r['ga3c_over_ceiling_fps'], 2)} |",
+              f"| A3C / env-only ceiling, env frames/s | {fmt(r['a3c_over_ceiling_fps'], 2)} |", ""]
+    g, a = results.get("ga3c"), results.get("a3c")
+    lines += ["## Where the time goes", ""]
+    if g:
+        busy, compute = g.get("predictor_busy_share"), g.get("predictor_compute_share")
+        ipc = busy - compute if busy is not None and compute is not None else None
+        idle = 1 - busy if busy is not None else None
+        trainer = g.get("trainer_busy_share")
+        lines += [
+            "GA3C (share of wall time, mean per thread):", "",
+            f"- predictors: {fmt(compute, percent=True)} forward pass (compute), {fmt(ipc, percent=True)} IPC "
+            f"(gathering observations, answering agents), {fmt(idle, percent=True)} waiting for requests; "
+            f"mean prediction batch {fmt(g.get('prediction_batch_mean'), 1)}, prediction queue depth "
+            f"{fmt(g.get('prediction_queue_depth'), 1)}",
+            f"- trainers: {fmt(trainer, percent=True)} assembling and handing over batches, "
+            f"{fmt(None if trainer is None else 1 - trainer, percent=True)} waiting (for rollouts, or for the "
+            f"learner when the batch queue is full); mean training batch {fmt(g.get('training_batch_mean'), 1)}, "
+            f"batch queue depth {fmt(g.get('batch_queue_depth'), 1)} (full = the learner is the bottleneck, "
+            "empty = the agents are)",
+            f"- CPU: the run used {fmt(g.get('cpu_util'), percent=True)} of the machine's cores; the machine as a "
+            f"whole was {fmt(g.get('machine_cpu_busy'), percent=True)} busy; GPU: {fmt(g.get('gpu_util'), percent=True)}",
+            f"- policy lag: {fmt(g.get('policy_lag_mean'), 1)} updates", ""]
+    if a:
+        lines += ["A3C (share of wall time, mean per agent process):", "",
+                  f"- env {fmt(a.get('a3c_env_share'), percent=True)}, acting forward passes "
+                  f"{fmt(a.get('a3c_forward_share'), percent=True)}, training (forward, backward, shared update) "
+                  f"{fmt(a.get('a3c_train_share'), percent=True)}, weight sync {fmt(a.get('a3c_sync_share'), percent=True)}"
+                  f"; CPU {fmt(a.get('cpu_util'), percent=True)} of the machine; policy lag "
+                  f"{fmt(a.get('policy_lag_mean'), 1)} updates", ""]
+    return "\n".join(lines)
+
+
+def chart(results: dict, meta: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [("fps", "env frames/s"), ("pps", "predictions/s (PPS)"), ("tps", "updates/s (TPS)"),
+               ("samples_per_s", "training samples/s")]
+    arms = list(results)
+    colors = {"ceiling": "#999999", "a3c": "#d62728", "ga3c": "#1f77b4"}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.6))
+    for ax, (key, title) in zip(axes, metrics):
+        values = [results[arm].get(key) or 0.0 for arm in arms]
+        bars = ax.bar([LABELS[arm] for arm in arms], values, color=[colors[arm] for arm in arms])
+        for bar, value in zip(bars, values):
+            ax.annotate(f"{value:,.0f}" if value >= 10 else f"{value:.1f}", (bar.get_x() + bar.get_width() / 2,
+                        bar.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelsize=8, rotation=15)
+    r = ratios(results)
+    fig.suptitle(f"{meta['game']}, net={meta['net']}: GA3C/A3C samples/s = {fmt(r['ga3c_over_a3c_samples_per_s'], 2)}, "
+                 f"GA3C/ceiling frames/s = {fmt(r['ga3c_over_ceiling_fps'], 2)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) -> None:
+    if cfg.wandb.mode == "disabled":
+        return
+    import wandb
+
+    from ga3c.run import finish_wandb
+
+    w = cfg.wandb
+    run = wandb.init(project=w.project, entity=w.entity, group=w.group or f"bench-{meta['game']}", job_type="bench",
+                     name=w.name or f"bench-{meta['game']}-{meta['net']}", tags=list(w.tags) or None, mode=w.mode,
+                     dir=str(out), config=dict(meta, bench=OmegaConf.to_container(cfg.bench, resolve=True)))
+    keys = ["fps", "pps", "tps", "samples_per_s", "cpu_util", "machine_cpu_busy", "gpu_util"]
+    table = wandb.Table(columns=["arm", *keys])
+    figures = {}
+    for arm, m in results.items():
+        table.add_data(arm, *[m.get(k) for k in keys])
+        figures.update({f"bench/{arm}/{k}": m[k] for k in keys if isinstance(m.get(k), (int, float))})
+    figures.update({f"bench/{k}": v for k, v in ratios(results).items() if v is not None})
+    run.log({**figures, "bench/table": table, "bench/chart": wandb.Image(str(png))})
+    run.summary.update(figures)
+    finish_wandb()
+
+
+def machine_description() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+        torch_version = torch.__version__
+    except Exception:  # noqa: BLE001
+        gpu, torch_version = "unknown GPU", "?"
+    return f"{os.cpu_count()} CPU cores ({model}), {gpu}, torch {torch_version}, Python {platform.python_version()}"
+
+
+def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arms = list(cfg.bench.arms)
+    unknown = [a for a in arms if a not in ARM_ALGOS]
+    if unknown:
+        from ga3c.config import ConfigError
+
+        raise ConfigError(f"bench.arms: unknown arm(s) {unknown}; choose from {list(ARM_ALGOS)}")
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        net = HydraConfig.get().runtime.choices.get("net", "?")
+    except ValueError:
+        net = "?"
+    meta = dict(game=cfg.game.name, net=net, command=command, machine=machine_description(),
+                seconds_per_arm=float(cfg.bench.seconds_per_arm), warmup_seconds=float(cfg.bench.warmup_seconds),
+                date=time.strftime("%Y-%m-%d %H:%M"))
+    stop = threading.Event()
+    interrupted = []
+
+    def on_signal(signum, frame):
+        interrupted.append(signum)
+        stop.set()
+        print(f"\n[bench] {signal.Signals(signum).name}: stopping the running arm; no further arms", flush=True)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    results: dict[str, dict] = {}
+    try:
+        for arm in arms:
+            if interrupted:
+                break
+            results[arm] = run_arm(cfg, arm, user_overrides, out / arm, stop)
+            m = results[arm]
+            print(f"[bench] {arm}: {m.get('status')} | frames/s {fmt(m.get('fps'))} | PPS {fmt(m.get('pps'))} | "
+                  f"TPS {fmt(m.get('tps'), 1)} | samples/s {fmt(m.get('samples_per_s'))} | "
+                  f"CPU {fmt(m.get('cpu_util'), percent=True)}", flush=True)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    report = dict(meta=meta, arms=results, ratios=ratios(results))
+    (out / "bench.json").write_text(json.dumps(report, indent=2, default=float))
+    md = markdown(results, meta)
+    (out / "bench.md").write_text(md)
+    chart(results, meta, out / "bench.png")
+    log_wandb(cfg, results, meta, out, out / "bench.png")
+    print(md, flush=True)
+    print(f"[bench] wrote {out / 'bench.md'}, {out / 'bench.png'}, {out / 'bench.json'}", flush=True)
+    failed = [arm for arm, m in results.items() if m.get("returncode") not in (0, None)]
+    if failed:
+        print(f"[bench] arm(s) failed: {failed}; see */bench_arm.log", file=sys.stderr, flush=True)
+    return report
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    task = list(HydraConfig.get().overrides.task)
+    user = [o for o in task if not o.lstrip("+~").startswith(("bench.", "output_dir", "hydra."))]
+    command = shlex.join(["python", "-m", "ga3c.bench", *task])
+    report = run_bench(cfg, user, command)
+    if any(m.get("returncode") not in (0, None) for m in report["arms"].values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The CPU A3C baseline: shared optimizer state, checkpoints GA3C loads, learning CartPole, clean stops."""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import pytest
+import torch
+import torch.multiprocessing as mp
+from hydra.utils import instantiate
+
+from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
+                      wait_until)
+from ga3c.a3c import lightning_checkpoint, parse_max_time, share_optimizer_state
+from ga3c.learner import Learner, RMSpropTF
+from ga3c.networks import ConvActorCritic, MLPActorCritic
+
+# What every run writes in summary.json, GA3C or A3C (ga3c.monitor.Monitor._metrics and write_summary).
+SUMMARY_KEYS = {"frames", "episodes", "updates", "wall_seconds", "fps", "pps", "tps", "samples_per_s",
+                "score_mean_100", "episode_length_mean_100", "prediction_batch_mean", "training_batch_mean",
+                "prediction_queue_depth", "training_queue_depth", "batch_queue_depth", "predictor_busy_share",
+                "predictor_compute_share", "trainer_busy_share", "agents", "predictors", "trainers", "lr",
+                "produced_steps", "rollouts", "trained_steps", "discarded_steps", "agent_restarts",
+                "policy_lag_mean", "in_flight_steps", "status", "stop_reason", "fps_run_mean",
+                "samples_per_s_run_mean", "loss/loss", "loss/policy_loss", "loss/value_loss", "loss/entropy"}
+
+
+# --- units -----------------------------------------------------------------------------------------------
+def test_shared_rmsprop_tf_state_starts_at_one_in_shared_memory():
+    model = ConvActorCritic((4, 84, 84), 6, [16, 32], [8, 4], [4, 2], 256)
+    optimizer = RMSpropTF(model.parameters(), lr=1e-3)
+    states = share_optimizer_state(optimizer)
+    assert len(states) == len(list(model.parameters()))
+    for p, state in zip(model.parameters(), states):
+        assert state["square_avg"].is_shared()
+        assert state["square_avg"].shape == p.shape
+        assert torch.all(state["square_avg"] == 1.0)  # TF1's accumulator starts at 1
+        assert optimizer.state[p] is state
+
+
+def test_shared_adam_state_leaves_parameters_unchanged():
+    model = MLPActorCritic((4,), 2, [8])
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    states = share_optimizer_state(optimizer)
+    for p, b, state in zip(model.parameters(), before, states):
+        assert torch.equal(p, b)
+        assert p.grad is None
+        assert state["exp_avg"].is_shared() and state["exp_avg_sq"].is_shared() and state["step"].is_shared()
+
+
+def _hogwild_child(model, states):
+    """A child's optimizer over the shared parameters and statistics (what an A3C agent does)."""
+    optimizer = RMSpropTF(model.parameters(), lr=0.5)
+    for p, state in zip(model.parameters(), states):
+        optimizer.state[p] = state
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+
+
+def test_child_update_reaches_the_shared_model_and_statistics():
+    model = MLPActorCritic((4,), 2, [8])
+    model.share_memory()
+    optimizer = RMSpropTF(model.parameters(), lr=0.5)
+    states = share_optimizer_state(optimizer)
+    before = [p.detach().clone() for p in model.parameters()]
+    process = mp.get_context("spawn").Process(target=_hogwild_child, args=(model, states))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    # square_avg = 0.99 * 1 + 0.01 * 1 = 1; step = lr * g / sqrt(1 + eps) with eps = 0.1
+    expected = 0.5 / math.sqrt(1.1)
+    for p, b, state in zip(model.parameters(), before, states):
+        torch.testing.assert_close(b - p.detach(), torch.full_like(p, expected))
+        torch.testing.assert_close(state["square_avg"], torch.ones_like(p))
+
+
+def test_checkpoint_loads_into_learner_and_its_optimizer():
+    model = MLPActorCritic((4,), 2, [8])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    share_optimizer_state(optimizer)
+    counters = dict(frames=10, produced_steps=10, episodes=1, rollouts=2, trained_steps=10, discarded_steps=0,
+                    agent_restarts=0)
+    checkpoint = lightning_checkpoint(model, optimizer, counters, 3.0, 2, "abc")
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.Adam(params, lr=1e-3))
+    learner.load_state_dict(checkpoint["state_dict"])  # strict: every key of the Learner, nothing else
+    for a, b in zip(learner.model.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+    learner.configure_optimizers().load_state_dict(checkpoint["optimizer_states"][0])
+    assert checkpoint["callbacks"]["RunState"]["counters"] == counters
+    assert checkpoint["pytorch-lightning_version"]
+
+
+def test_parse_max_time():
+    assert parse_max_time(None) is None
+    assert parse_max_time("00:00:01:30") == 90.0
+    assert parse_max_time("01:00:00:00") == 86400.0
+    assert parse_max_time({"minutes": 2}) == 120.0
+    assert parse_max_time(12) == 12.0
+    with pytest.raises(ValueError, match="DD:HH:MM:SS"):
+        parse_max_time("90s")
+
+
+def test_a3c_config_composes():
+    cfg = compose_config("algo=a3c", "game=cartpole")
+    assert cfg.algo.name == "a3c"
+    cfg = compose_config()
+    assert cfg.algo.name == "ga3c"  # GA3C stays the default
+
+
+# --- end to end ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a3c_learns_cartpole(tmp_path):
+    """Rolling-100 >= 475 on CartPole with the game's preset (8 agents, Adam 1e-3, t_max 16): the run stops
+    itself at the score. Bound: 4 minutes of training (about a minute on an idle 2-core machine)."""
+    run_dir = tmp_path / "a3c"
+    started = time.monotonic()
+    run_train(run_dir, "algo=a3c", "game=cartpole", "++stop_score=475", "trainer.max_time=00:00:04:00",
+              "wandb.mode=offline", timeout=420)
+    summary = read_summary(run_dir)
+    print(f"A3C CartPole: {summary['score_mean_100']:.1f} after {summary['wall_seconds']:.0f} s, "
+          f"{summary['frames']} frames (process wall {time.monotonic() - started:.0f} s)")
+    assert summary["status"] == "finished"
+    assert summary["score_mean_100"] >= 475, summary["stop_reason"]
+    assert summary["stop_reason"].startswith("score_mean_100 reached")
+    assert SUMMARY_KEYS <= set(summary), SUMMARY_KEYS - set(summary)
+    assert summary["agents"] == 8 and summary["predictors"] == 0 and summary["trainers"] == 0
+    assert summary["trained_steps"] + summary["discarded_steps"] == summary["produced_steps"]
+    assert summary["updates"] == summary["rollouts"] > 0
+    assert summary["prediction_batch_mean"] == 1.0
+    assert summary["samples_per_s_run_mean"] > 0 and summary["fps_run_mean"] > 0
+    assert list((run_dir / "wandb").glob("offline-run-*")), "no W&B run"
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") >= 2
+    # the checkpoint: Learner loads its weights; the greedy policy of those weights balances the pole
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    cfg = compose_config("algo=a3c", "game=cartpole")
+    model = instantiate(cfg.net, obs_shape=(4,), num_actions=2)
+    learner = Learner(model, instantiate(cfg.learner.optimizer))
+    learner.load_state_dict(checkpoint["state_dict"])
+    assert checkpoint["callbacks"]["RunState"]["counters"]["frames"] == summary["frames"]
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=123)
+    steps, done = 0, False
+    with torch.no_grad():
+        while not done:
+            logits, _ = learner.model(torch.as_tensor(obs).unsqueeze(0))
+            obs, _, terminated, truncated, _ = env.step(int(logits.argmax()))
+            steps, done = steps + 1, terminated or truncated
+    assert steps >= 400, f"the checkpoint's greedy policy balanced the pole for {steps} steps only"
+    assert_no_leftovers(str(run_dir))
+
+
+@pytest.mark.slow
+def test_ga3c_resumes_from_an_a3c_checkpoint(tmp_path):
+    """A GA3C run takes an A3C checkpoint (weights, optimizer, counters) through ckpt_path."""
+    a3c_dir, ga3c_dir = tmp_path / "a3c", tmp_path / "ga3c"
+    run_train(a3c_dir, "algo=a3c", "game=cartpole", "agents=2", "max_frames=3000", "wandb.mode=disabled",
+              timeout=240)
+    a3c = read_summary(a3c_dir)
+    assert a3c["frames"] >= 3000 and a3c["status"] == "finished"
+    run_train(ga3c_dir, "algo=ga3c", "game=cartpole", "agents=2", f"max_frames={a3c['frames'] + 3000}",
+              f"ckpt_path={a3c_dir / 'checkpoints' / 'last.ckpt'}", "wandb.mode=disabled", timeout=240)
+    ga3c = read_summary(ga3c_dir)
+    assert ga3c["status"] == "finished"
+    assert ga3c["frames"] >= a3c["frames"] + 3000      # counting went on from the A3C run's frames
+    assert ga3c["episodes"] > a3c["episodes"]
+    assert_no_leftovers(str(a3c_dir))
+    assert_no_leftovers(str(ga3c_dir))
+
+
+@pytest.mark.slow
+def test_a3c_stops_cleanly_on_sigterm_and_resumes(tmp_path):
+    """SIGTERM: final checkpoint and summary, no process left; ckpt_path resumes the counters."""
+    import os
+
+    run_dir = tmp_path / "a3c"
+    env = dict(os.environ, GA3C_TEST_MARKER=str(run_dir))
+    process = subprocess.Popen(train_command(run_dir, "algo=a3c", "game=cartpole", "agents=2", "max_frames=null",
+                                             "wandb.mode=disabled"), cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: (run_dir / "summary.json").exists() and read_summary(run_dir)["frames"] > 500,
+                          timeout=180), "no progress"
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output[-3000:]
+    summary = read_summary(run_dir)
+    assert summary["status"] == "finished" and summary["stop_reason"] == "SIGTERM"
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert_no_leftovers(str(run_dir))
+    resumed_dir = tmp_path / "resumed"
+    run_train(resumed_dir, "algo=a3c", "game=cartpole", "agents=2", f"max_frames={summary['frames'] + 1000}",
+              f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "wandb.mode=disabled", timeout=240)
+    resumed = read_summary(resumed_dir)
+    assert resumed["frames"] >= summary["frames"] + 1000
+    assert resumed["updates"] > summary["updates"]
+    assert_no_leftovers(str(resumed_dir))
+
+
+def test_a3c_bad_checkpoint_is_a_config_error(tmp_path):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("not a checkpoint")
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "algo=a3c", "game=cartpole",
+                             f"ckpt_path={bad}", f"hydra.run.dir={tmp_path / 'run'}", "wandb.mode=disabled"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "not a readable checkpoint" in result.stderr
