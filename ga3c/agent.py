@@ -23,11 +23,18 @@ class AgentStopped(Exception):
     """The server asked this agent to finish, or the server is gone."""
 
 
-def discounted_returns(rewards: np.ndarray, bootstrap: float, gamma: float) -> np.ndarray:
-    """R_t = r_t + gamma * R_{t+1}, with R_n = bootstrap (0 after a terminal state)."""
+def discounted_returns(rewards: np.ndarray, bootstrap: float, gamma: float, values: np.ndarray | None = None,
+                       lam: float = 1.0) -> np.ndarray:
+    """n-step returns R_t = r_t + gamma * R_{t+1}, with R_n = bootstrap (0 after a terminal state).
+
+    With lam < 1 and the values V(s_t) the agent acted with, lambda-returns instead (GAE(lambda) + V):
+    R_t = r_t + gamma * ((1 - lam) * V(s_{t+1}) + lam * R_{t+1}); lam = 1 is the paper's n-step return.
+    """
     returns = np.empty(len(rewards), np.float32)
     running = bootstrap
     for t in range(len(rewards) - 1, -1, -1):
+        if lam < 1.0 and t + 1 < len(rewards):
+            running = (1.0 - lam) * values[t + 1] + lam * running
         running = rewards[t] + gamma * running
         returns[t] = running
     return returns
@@ -35,7 +42,7 @@ def discounted_returns(rewards: np.ndarray, bootstrap: float, gamma: float) -> n
 
 def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_max: int, gamma: float,
               reward_clip: float, prediction_writer, training_writer, answer_reader,
-              random_actions: bool = False) -> None:
+              random_actions: bool = False, gae_lambda: float = 1.0) -> None:
     """Process entry point. `random_actions` skips the network: the env-only throughput ceiling."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
@@ -48,6 +55,7 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
     record = np.zeros(1, ROLLOUT)
     record["agent"], record["generation"] = index, generation
     rewards = np.zeros(t_max, np.float32)
+    values = np.zeros(t_max, np.float32)  # V(s_t) as predicted, for lambda-returns
     env = make_env(game, seed)
     rng = np.random.default_rng(seed)
     num_actions = int(env.action_space.n)
@@ -69,7 +77,8 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
             time.sleep(0.0005)
 
     def ship(slot: int, length: int, bootstrap: float, episode_done: bool, score: float, steps: int) -> None:
-        buffers.returns[index, slot, :length] = discounted_returns(rewards[:length], bootstrap, gamma)
+        buffers.returns[index, slot, :length] = discounted_returns(rewards[:length], bootstrap, gamma,
+                                                                   values[:length], gae_lambda)
         buffers.slot_busy[index, slot] = 1
         buffers.shipped_steps[index] += length
         record["slot"], record["length"] = slot, length
@@ -94,6 +103,7 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                     buffers.obs[index, slot, 0] = buffers.obs[index, previous, t_max]
                 buffers.actions[index, slot, step] = action
                 buffers.versions[index, slot, step] = version
+                values[step] = value
             obs, reward, terminated, truncated, info = env.step(action)
             buffers.produced_steps[index] += 1
             score += reward

@@ -38,6 +38,8 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg.t_max <= 1000, f"t_max must be at most 1000, got {cfg.t_max}")
     gamma = number("learner.gamma")
     _require(0 < gamma <= 1, f"learner.gamma must be in (0, 1], got {gamma}")
+    lam = number("learner.gae_lambda")
+    _require(0 <= lam <= 1, f"learner.gae_lambda must be in [0, 1], got {lam}")
     _require(number("learner.beta") >= 0, f"learner.beta must be >= 0, got {cfg.learner.beta}")
     _require(number("learner.log_epsilon") >= 0, f"learner.log_epsilon must be >= 0, got {cfg.learner.log_epsilon}")
     _require(number("learner.grad_clip") >= 0, f"learner.grad_clip must be >= 0 (0 = off), got {cfg.learner.grad_clip}")
@@ -48,6 +50,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.max_frames is not None:
         _require(isinstance(cfg.max_frames, int) and cfg.max_frames > 0,
                  f"max_frames must be a positive integer or null, got {cfg.max_frames!r}")
+    if cfg.stop_score is not None:
+        number("stop_score")
     _require(cfg.wandb.mode in ("online", "offline", "disabled"),
              f"wandb.mode must be one of online, offline, disabled; got {cfg.wandb.mode!r}")
     _require(number("log.every_seconds") > 0, f"log.every_seconds must be > 0, got {cfg.log.every_seconds}")

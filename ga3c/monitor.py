@@ -53,7 +53,7 @@ class Monitor(pl.Callback):
     """
 
     def __init__(self, server, output_dir: Path, every_seconds: float = 5.0, progress: bool = True,
-                 score_window: int = 100):
+                 score_window: int = 100, stop_score: float | None = None):
         self.server, self.output_dir = server, Path(output_dir)
         self.every_seconds, self.progress = every_seconds, progress
         self.scores = collections.deque(maxlen=score_window)
@@ -66,13 +66,22 @@ class Monitor(pl.Callback):
         self.latest: dict = {}
         self.logger = None
         self.listeners: list = []       # called with each window's metrics (the auto-tuner)
+        self.stop_score = stop_score    # stop once the rolling mean of a full window reaches it
+        self.seconds_to_stop_score: float | None = None
 
     # --- fed by the trainers -------------------------------------------------------------------------
     def record_episode(self, score: float, length: int) -> None:
         with self._lock:
             self.scores.append(score)
             self.lengths.append(length)
+            solved = (self.stop_score is not None and self.seconds_to_stop_score is None
+                      and len(self.scores) == self.scores.maxlen
+                      and sum(self.scores) / len(self.scores) >= self.stop_score)
+            if solved:
+                self.seconds_to_stop_score = self.wall_seconds()
         self.server.counters.add(episodes=1)
+        if solved:
+            self.server.request_stop(f"score_mean_100 reached stop_score={self.stop_score}")
 
     # --- measuring -----------------------------------------------------------------------------------
     def _snapshot(self) -> dict:
@@ -125,7 +134,8 @@ class Monitor(pl.Callback):
             "predictor_busy_share": rate("predictor_busy") / max(len(server.predictors), 1),
             "predictor_compute_share": rate("predictor_compute") / max(len(server.predictors), 1),
             "trainer_busy_share": rate("trainer_busy") / max(len(server.trainers), 1),
-            "agents": server.num_agents, "predictors": len(server.predictors), "trainers": len(server.trainers),
+            "agents": server.counts[0], "predictors": server.counts[1], "trainers": server.counts[2],
+            "seconds_to_stop_score": self.seconds_to_stop_score,
             "lr": self._learning_rate(),
             **server.counters.state_dict(),
             "produced_steps": server.produced_steps(), "frames": snap["frames"],
@@ -144,7 +154,7 @@ class Monitor(pl.Callback):
         self.write_summary(m)
         self.append_history(m)
         if self.logger is not None:
-            self.logger.log_metrics({k: v for k, v in m.items() if isinstance(v, (int, float))
+            self.logger.log_metrics({k: v for k, v in m.items() if isinstance(v, (int, float)) and v is not None
                                      and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
         if self.progress:
             print(f"[ga3c] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "

@@ -122,14 +122,18 @@ def train(cfg: DictConfig) -> dict:
         from ga3c.a3c import train_a3c
 
         return train_a3c(cfg)
+    if cfg.algo.name == "ceiling":  # the env-only throughput ceiling: random actions, no network
+        from ga3c.bench import train_ceiling
+
+        return train_ceiling(cfg)
     output_dir = Path(cfg.output_dir)
     check_output_dir(output_dir)
     resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}
     wandb_id = cfg.wandb.id or resumed.get("wandb_id")
     if cfg.wandb.mode != "disabled" and wandb_id is None:
-        import wandb
+        import secrets
 
-        wandb_id = wandb.util.generate_id()
+        wandb_id = secrets.token_hex(4)  # chosen here so checkpoints can name the run to resume
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     torch.set_num_threads(cfg.torch_threads)
 
@@ -142,7 +146,8 @@ def train(cfg: DictConfig) -> dict:
                       reward_clip=lc.reward_clip, counters=counters)
     max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, max_agents)
-    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
+    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window,
+                      cfg.stop_score)
     server.monitor = monitor
     run_state = RunState(server, monitor, wandb_id)
     checkpoints = pl.callbacks.ModelCheckpoint(

@@ -55,6 +55,7 @@ class Server:
         self.batch_queue: queue.Queue = queue.Queue(maxsize=cfg.batch_queue_size)
         self.generations = np.zeros(max_agents, np.uint16)   # bumped each time a slot gets a new agent
         self.agents: list[AgentHandle | None] = [None] * max_agents
+        self.counts = (0, 0, 0)  # agents, predictors, trainers as last set (reported even after shutdown)
         self.predictors: list[Predictor] = []
         self.trainers: list[TrainerThread] = []
         self.all_predictors: list[Predictor] = []  # retired ones too, so counters never go backwards
@@ -88,6 +89,7 @@ class Server:
             if not (1 <= agents <= self.max_agents and predictors >= 1 and trainers >= 1):
                 raise ValueError(f"counts out of range: agents={agents} (1..{self.max_agents}), "
                                  f"predictors={predictors}, trainers={trainers}")
+            self.counts = (agents, predictors, trainers)
             while len(self.predictors) < predictors:
                 p = Predictor(self, len(self.all_predictors), self.cfg.prediction_max_batch)
                 self.predictors.append(p)
@@ -130,7 +132,8 @@ class Server:
             target=run_agent, name=f"ga3c-agent-{index}", daemon=True,
             args=(index, int(self.generations[index]), self.buffers.spec, self.game, seed, self.cfg.t_max,
                   float(self.cfg.learner.gamma), float(self.cfg.learner.reward_clip),
-                  self.prediction_queue.writer, self.training_queue.writer, answer_reader, self.random_actions))
+                  self.prediction_queue.writer, self.training_queue.writer, answer_reader, self.random_actions,
+                  float(self.cfg.learner.gae_lambda)))
         process.start()
         answer_reader.close()  # the child has its copy; ours would keep the pipe open after the child died
         fd = os.dup(answer_writer.fileno())

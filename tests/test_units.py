@@ -269,3 +269,13 @@ def assert_eventually(predicate, timeout=5.0):
             return
         time.sleep(0.01)
     assert predicate()
+
+
+def test_lambda_returns_interpolate_between_one_step_and_n_step():
+    rewards, values = np.array([1.0, 1.0], np.float32), np.array([5.0, 3.0], np.float32)
+    n_step = discounted_returns(rewards, 4.0, 0.5, values, lam=1.0)
+    np.testing.assert_allclose(n_step, discounted_returns(rewards, 4.0, 0.5))
+    one_step = discounted_returns(rewards, 4.0, 0.5, values, lam=0.0)
+    np.testing.assert_allclose(one_step, [1 + 0.5 * 3.0, 1 + 0.5 * 4.0])  # r_t + gamma * V(s_{t+1})
+    half = discounted_returns(rewards, 4.0, 0.5, values, lam=0.5)
+    np.testing.assert_allclose(half, [1 + 0.5 * (0.5 * 3.0 + 0.5 * 3.0), 3.0])
