@@ -349,6 +349,9 @@ class A3CRun:
             self.request_stop(name)
             return
         self._kill_agents()
+        from ga3c.server import stop_forkserver
+
+        stop_forkserver()
         os._exit(128 + signum)
 
     def wall_seconds(self) -> float:

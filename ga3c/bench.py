@@ -158,15 +158,17 @@ class GpuSampler(threading.Thread):
 
 
 def arm_overrides(cfg: DictConfig, arm: str, user: list[str], run_dir: Path) -> list[str]:
-    """The overrides of one arm: the user's, then the arm's algo, wall time and output directory."""
+    """The overrides of one arm: the user's, then the arm's algo, output directory and a safety time limit
+    (the bench itself stops the arm, with SIGINT, once it has measured it)."""
     bench = cfg.bench
-    seconds = int(math.ceil(float(bench.warmup_seconds) + float(bench.seconds_per_arm)))
+    seconds = int(math.ceil(float(bench.warmup_seconds) + float(bench.seconds_per_arm)
+                            + float(bench.startup_grace_seconds)))
     max_time = f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
     extra = list((bench.get("arm_overrides") or {}).get(arm, []) or [])
     if arm == "a3c":
         a3c_agents = bench.a3c_agents if bench.a3c_agents is not None else (os.cpu_count() or 1)
         extra = [f"agents={a3c_agents}"] + extra
-    replaced = {o.split("=", 1)[0].lstrip("+~") for o in extra}
+    replaced = {o.split("=", 1)[0].lstrip("+~") for o in extra} | {"algo"}
     kept = [o for o in user if o.split("=", 1)[0].lstrip("+~") not in replaced]
     group = cfg.wandb.group or f"bench-{cfg.game.name}"
     return [*kept, *extra, f"algo={ARM_ALGOS[arm]}", f"hydra.run.dir={run_dir}", f"trainer.max_time={max_time}",
@@ -175,17 +177,20 @@ def arm_overrides(cfg: DictConfig, arm: str, user: list[str], run_dir: Path) -> 
 
 
 def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: threading.Event) -> dict:
-    """Run one arm to its end; poll its summary.json and CPU use; return its figures over the window."""
+    """Run one arm; poll its summary.json and CPU use. Its clock starts at its first frame (process and env
+    start-up differ between arms and with the machine's load): warm-up, then the measured seconds, then
+    the bench stops it with SIGINT (a graceful stop: final summary and checkpoint). Returns its figures."""
     bench = cfg.bench
+    warmup, seconds = float(bench.warmup_seconds), float(bench.seconds_per_arm)
     command = [sys.executable, str(REPO / "train.py"), *arm_overrides(cfg, arm, user, run_dir)]
     print(f"[bench] {arm}: {shlex.join(command[1:])}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     gpu = GpuSampler()
     gpu.start()
     seen: list[dict] = []          # distinct summaries, each with the poll sample when it first appeared
-    last_wall = None
+    last_wall, first_frame_wall, stopped_at = None, None, None
     started = time.monotonic()
-    limit = float(bench.warmup_seconds) + float(bench.seconds_per_arm) + float(bench.startup_grace_seconds)
+    limit = warmup + seconds + float(bench.startup_grace_seconds) + 60
     with open(run_dir / "bench_arm.log", "w") as output:
         process = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # its own group: a timeout kills all of it
@@ -198,13 +203,18 @@ def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: thr
                     last_wall = summary.get("wall_seconds")
                     cpu = cpu_seconds(process_tree(process.pid)) if not finished else {}
                     seen.append(dict(summary=summary, t=now, cpu=cpu, machine=machine_cpu()))
+                    if first_frame_wall is None and summary.get("frames", 0) > 0:
+                        first_frame_wall = last_wall
+                        print(f"[bench] {arm}: first frames after {now - started:.0f} s", flush=True)
                 if finished:
                     break
-                if stop.is_set():
-                    process.send_signal(signal.SIGINT)
+                done = first_frame_wall is not None and last_wall - first_frame_wall >= warmup + seconds
+                if (stop.is_set() or done) and stopped_at is None:
+                    process.send_signal(signal.SIGINT)  # the arm's main process only: it stops its children
+                    stopped_at = now
                     stop.clear()
-                if now - started > limit:
-                    print(f"[bench] {arm}: no end after {limit:.0f} s; stopping it", flush=True)
+                if now - started > limit or (stopped_at is not None and now - stopped_at > 90):
+                    print(f"[bench] {arm}: did not end in time; stopping it", flush=True)
                     _terminate(process)
                     break
                 time.sleep(float(bench.poll_seconds))
@@ -214,7 +224,8 @@ def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: thr
         finally:
             gpu.stopping.set()
     returncode = process.wait()
-    return measure(arm, seen, float(bench.warmup_seconds), gpu, returncode, run_dir)
+    warm_from = (first_frame_wall if first_frame_wall is not None else 0.0) + warmup
+    return measure(arm, seen, warm_from, gpu, returncode, run_dir)
 
 
 def _terminate(process: subprocess.Popen) -> None:
@@ -244,7 +255,7 @@ WINDOW_MEANS = ("pps", "predictor_busy_share", "predictor_compute_share", "train
                 "a3c_sync_share")
 
 
-def measure(arm: str, seen: list[dict], warmup: float, gpu: GpuSampler, returncode: int, run_dir: Path) -> dict:
+def measure(arm: str, seen: list[dict], warm_from: float, gpu: GpuSampler, returncode: int, run_dir: Path) -> dict:
     """Rates over the measured window: from the first summary after the warm-up to the last one written
     while the arm still ran (the final one also covers the shutdown). Cumulative counters give frames/s,
     TPS and samples/s; window rates (PPS, shares, batch sizes) are averaged weighted by window length."""
@@ -253,7 +264,7 @@ def measure(arm: str, seen: list[dict], warmup: float, gpu: GpuSampler, returnco
     result = dict(arm=arm, label=LABELS[arm], returncode=returncode, status=final.get("status", "no summary"),
                   run_dir=str(run_dir), agents=final.get("agents"), predictors=final.get("predictors"),
                   trainers=final.get("trainers"), score_mean_100=final.get("score_mean_100"))
-    after = [s for s in running if s["summary"]["wall_seconds"] >= warmup]
+    after = [s for s in running if s["summary"]["wall_seconds"] >= warm_from]
     if len(after) < 2:  # a short arm: fall back to every running summary
         after = running
     if len(after) < 2:
@@ -282,6 +293,10 @@ def measure(arm: str, seen: list[dict], warmup: float, gpu: GpuSampler, returnco
     (busy0, total0), (busy1, total1) = first["machine"], last["machine"]
     result["machine_cpu_busy"] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
     result["gpu_util"] = gpu.mean(first["t"], last["t"])
+    # per CPU-second of the arm: what the design costs, whatever share of a busy machine the arm got
+    cpu_rate = tree / poll_dt
+    for key in ("fps", "samples_per_s"):
+        result[f"{key}_per_cpu_s"] = result[key] / cpu_rate if cpu_rate > 0 else None
     return result
 
 
@@ -305,6 +320,7 @@ def ratios(results: dict) -> dict:
     return {"ga3c_over_a3c_samples_per_s": ratio(ga3c, a3c, "samples_per_s"),
             "ga3c_over_a3c_fps": ratio(ga3c, a3c, "fps"),
             "ga3c_over_a3c_tps": ratio(ga3c, a3c, "tps"),
+            "ga3c_over_a3c_samples_per_cpu_s": ratio(ga3c, a3c, "samples_per_s_per_cpu_s"),
             "ga3c_over_ceiling_fps": ratio(ga3c, ceiling, "fps"),
             "a3c_over_ceiling_fps": ratio(a3c, ceiling, "fps")}
 
@@ -317,15 +333,18 @@ def markdown(results: dict, meta: dict) -> str:
              f"- {meta['seconds_per_arm']:.0f} s measured per arm after a {meta['warmup_seconds']:.0f} s warm-up; "
              f"arms run one after another; date {meta['date']}", "",
              "| arm | NA/NP/NT | env frames/s | PPS | TPS | training samples/s | CPU util (arm) | machine CPU busy "
-             "| GPU util |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| GPU util | samples per CPU-s |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for arm, m in results.items():
         counts = f"{m.get('agents')}/{m.get('predictors')}/{m.get('trainers')}"
         lines.append(f"| {m['label']} | {counts} | {fmt(m.get('fps'))} | {fmt(m.get('pps'))} | {fmt(m.get('tps'), 1)} "
                      f"| {fmt(m.get('samples_per_s'))} | {fmt(m.get('cpu_util'), percent=True)} "
-                     f"| {fmt(m.get('machine_cpu_busy'), percent=True)} | {fmt(m.get('gpu_util'), percent=True)} |")
+                     f"| {fmt(m.get('machine_cpu_busy'), percent=True)} | {fmt(m.get('gpu_util'), percent=True)} "
+                     f"| {fmt(m.get('samples_per_s_per_cpu_s'))} |")
     lines += ["", "| ratio | value |", "| --- | ---: |",
               f"| GA3C / A3C, training samples/s | {fmt(r['ga3c_over_a3c_samples_per_s'], 2)} |",
               f"| GA3C / A3C, env frames/s | {fmt(r['ga3c_over_a3c_fps'], 2)} |",
+              f"| GA3C / A3C, training samples per CPU-second (fair on a shared machine) "
+              f"| {fmt(r['ga3c_over_a3c_samples_per_cpu_s'], 2)} |",
               f"| GA3C / env-only ceiling, env frames/s | {fmt(r['ga3c_over_ceiling_fps'], 2)} |",
               f"| A3C / env-only ceiling, env frames/s | {fmt(r['a3c_over_ceiling_fps'], 2)} |", ""]
     g, a = results.get("ga3c"), results.get("a3c")
@@ -397,7 +416,8 @@ def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) 
     run = wandb.init(project=w.project, entity=w.entity, group=w.group or f"bench-{meta['game']}", job_type="bench",
                      name=w.name or f"bench-{meta['game']}-{meta['net']}", tags=list(w.tags) or None, mode=w.mode,
                      dir=str(out), config=dict(meta, bench=OmegaConf.to_container(cfg.bench, resolve=True)))
-    keys = ["fps", "pps", "tps", "samples_per_s", "cpu_util", "machine_cpu_busy", "gpu_util"]
+    keys = ["fps", "pps", "tps", "samples_per_s", "cpu_util", "machine_cpu_busy", "gpu_util",
+            "samples_per_s_per_cpu_s"]
     table = wandb.Table(columns=["arm", *keys])
     figures = {}
     for arm, m in results.items():
