@@ -1,0 +1,134 @@
+"""Auto-tuning benchmark on Pong (not a test: pytest collects only test_*.py). Run one step at a time:
+
+    python tests/bench_autotune.py grid --out bench/autotune --seconds 60 --agents 8,16,32 --predictors 1,2 --trainers 1,2
+    python tests/bench_autotune.py tune --out bench/autotune --policy compass --start 2,1,1 --seconds 300
+    python tests/bench_autotune.py report --out bench/autotune
+
+`grid` runs a Hydra multirun sweep of fixed counts; each job's steady throughput is the mean of its window rates
+after --warmup seconds. `tune` runs one auto-tuned run from a start setting. `report` prints, for each tuned run,
+when the throughput (trailing mean over --trail seconds) first reached 90 % of the best fixed setting's, and the
+mean throughput of each minute. Throughput = trained samples/s (also reported: trainings/s, env frames/s).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COMMON = ["game=pong", "net=small", "wandb.mode=disabled", "log.progress=false", "checkpoint.every_minutes=60",
+          "max_frames=null"]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def steady(run_dir: Path, warmup: float) -> dict:
+    r = [x for x in rows(run_dir) if x["wall_seconds"] >= warmup]
+    mean = lambda k: sum(x[k] for x in r) / len(r) if r else math.nan  # noqa: E731
+    first = r[0] if r else {}
+    return dict(agents=first.get("agents"), predictors=first.get("predictors"), trainers=first.get("trainers"),
+                samples_per_s=mean("samples_per_s"), tps=mean("tps"), fps=mean("fps"), windows=len(r))
+
+
+def run(cmd: list[str], log: Path) -> int:
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "w") as f:
+        return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
+
+
+def grid(a) -> None:
+    out = Path(a.out) / "grid"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "train.py", "-m", *COMMON, f"agents={a.agents}", f"predictors={a.predictors}",
+           f"trainers={a.trainers}", f"trainer.max_time=00:00:{a.seconds // 60:02d}:{a.seconds % 60:02d}",
+           f"log.every_seconds={a.every}", f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${hydra.job.num}"]
+    run(cmd, out / "sweep.log")
+
+
+def tune(a) -> None:
+    na, np_, nt = a.start.split(",")
+    run_dir = Path(a.out) / f"tune-{a.policy}-{na}-{np_}-{nt}"
+    cmd = [sys.executable, "train.py", *COMMON, f"hydra.run.dir={run_dir}", f"autotune={a.policy}",
+           f"agents={na}", f"predictors={np_}", f"trainers={nt}", f"log.every_seconds={a.every}",
+           f"trainer.max_time=00:00:{a.seconds // 60:02d}:{a.seconds % 60:02d}", *a.overrides]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run(cmd, run_dir / "stdout.log")
+
+
+def report(a) -> None:
+    out = Path(a.out)
+    fixed = []
+    for d in sorted((out / "grid").glob("*/"), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        if (d / "metrics.jsonl").exists():
+            fixed.append(steady(d, a.warmup))
+    fixed.sort(key=lambda s: -s["samples_per_s"])
+    print(f"fixed settings (steady means after {a.warmup:.0f} s):")
+    print("| N_A/N_P/N_T | samples/s | trainings/s | frames/s |\n|---|---|---|---|")
+    for s in fixed:
+        print(f"| {s['agents']}/{s['predictors']}/{s['trainers']} | {s['samples_per_s']:.0f} | {s['tps']:.1f} | "
+              f"{s['fps']:.0f} |")
+    if not fixed:
+        return
+    best = fixed[0]["samples_per_s"]
+    print(f"\nbest fixed: {best:.0f} samples/s; 90 % = {0.9 * best:.0f}\n")
+    print("| policy | start | reached 90 % after | samples/s by minute | final N_A/N_P/N_T | decisions (changes) |")
+    print("|---|---|---|---|---|---|")
+    for d in sorted(out.glob("tune-*")):
+        r = rows(d)
+        if not r:
+            continue
+        reached = None
+        for i, x in enumerate(r):
+            window = [y for y in r[:i + 1] if y["wall_seconds"] > x["wall_seconds"] - a.trail]
+            if x["wall_seconds"] >= a.trail and sum(y["samples_per_s"] for y in window) / len(window) >= 0.9 * best:
+                reached = x["wall_seconds"]
+                break
+        minutes = []
+        for m in range(int(r[-1]["wall_seconds"] // 60) + 1):
+            w = [y["samples_per_s"] for y in r if m * 60 <= y["wall_seconds"] < (m + 1) * 60]
+            if len(w) >= 3:
+                minutes.append(f"{sum(w) / len(w):.0f}")
+        decisions = [json.loads(line) for line in (d / "autotune.jsonl").read_text().splitlines()] \
+            if (d / "autotune.jsonl").exists() else []
+        changes = sum(x["next"] != x["measured"] for x in decisions)
+        _, policy, na, np_, nt = d.name.split("-")
+        last = r[-1]
+        print(f"| {policy} | {na}/{np_}/{nt} | {'%.0f s' % reached if reached else 'not reached'} | "
+              f"{' · '.join(minutes)} | {last['agents']}/{last['predictors']}/{last['trainers']} | "
+              f"{len(decisions)} ({changes}) |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid")
+    g.add_argument("--agents", default="8,16,32")
+    g.add_argument("--predictors", default="1,2")
+    g.add_argument("--trainers", default="1,2")
+    t = sub.add_parser("tune")
+    t.add_argument("--policy", default="compass")
+    t.add_argument("--start", default="2,1,1")
+    t.add_argument("overrides", nargs="*")
+    r = sub.add_parser("report")
+    r.add_argument("--warmup", type=float, default=20.0)
+    r.add_argument("--trail", type=float, default=30.0)
+    for s in (g, t, r):
+        s.add_argument("--out", default="bench/autotune")
+        s.add_argument("--seconds", type=int, default=60)
+        s.add_argument("--every", type=float, default=5.0)
+    a = p.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    dict(grid=grid, tune=tune, report=report)[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
