@@ -123,7 +123,10 @@ def load_model(cfg, ckpt: Path):
     from ga3c.env import env_spec
 
     obs_shape, _, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
-    model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)
+    try:
+        model = instantiate(cfg.net, obs_shape=tuple(obs_shape), num_actions=num_actions)
+    except Exception as error:  # noqa: BLE001 - e.g. a conv net for a vector game
+        raise PlayError(f"net: {error.__cause__ or error}") from None
     try:
         checkpoint = torch.load(ckpt, map_location="cpu", weights_only=False)
     except Exception as error:  # noqa: BLE001

@@ -38,6 +38,7 @@ class Run:
     config: dict = field(default_factory=dict)
     label: str = ""
     seed: str = "0"
+    params: dict[str, str] = field(default_factory=dict)   # the run's values of all keys any run overrides
 
     @property
     def algo(self) -> str:
@@ -98,6 +99,8 @@ def read_run(path: Path) -> Run:
                 history.append(json.loads(line))
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
+    # Windows are measured by whichever thread ticks first, so two can land out of order: sort by time.
+    history.sort(key=lambda m: m.get("wall_seconds") if isinstance(m.get("wall_seconds"), (int, float)) else 0.0)
     if not history:
         history = [summary]
     overrides = {}
@@ -138,6 +141,7 @@ def label_runs(runs: list[Run]) -> list[str]:
     keys = sorted({k for p in params for k in p})
     varied = [k for k in keys if len({p.get(k, "default") for p in params}) > 1]
     for run, p in zip(runs, params):
+        run.params = {k: p.get(k, "default") for k in keys}
         run.label = ", ".join(f"{k}={p.get(k, 'default')}" for k in varied) or run.path.name
     if not varied and len({r.label for r in runs}) < len(runs):   # same leaf names: use relative paths
         for run in runs:
@@ -180,7 +184,10 @@ def _legend(ax, colors: dict, seeds: dict[str, int], title: str | None) -> None:
 
     handles = [Line2D([], [], color=c, lw=2, label=f"{label} ({seeds[label]} runs)" if seeds[label] > 1 else label)
                for label, c in colors.items()]
-    ax.legend(handles=handles, title=title, loc="best", frameon=True)
+    if len(handles) > 5 or max(len(h.get_label()) for h in handles) > 45:   # outside, right of the axes
+        ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True)
+    else:
+        ax.legend(handles=handles, title=title, loc="best", frameon=True)
 
 
 def plot_scores(runs: list[Run], varied: list[str], out: Path) -> list[Path]:
@@ -199,10 +206,10 @@ def plot_scores(runs: list[Run], varied: list[str], out: Path) -> list[Path]:
         ax.set_ylabel("score (mean of last 100 episodes, raw)")
         ax.set_title(f"Score against {'wall time' if key == 'wall_seconds' else 'env frames'}")
         ax.set_xlim(left=0)
-        _legend(ax, colors, seeds, title)
         fig.tight_layout()
+        _legend(ax, colors, seeds, title)   # after the layout: an outside legend widens the image, not the axes
         paths.append(out / f"{name}.png")
-        fig.savefig(paths[-1])
+        fig.savefig(paths[-1], bbox_inches="tight")
         plt.close(fig)
     return paths
 
@@ -221,13 +228,27 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
+def _wrap(label: str, width: int = 34) -> str:
+    """Break a long `k=v, k=v` label at its commas."""
+    lines, line = [], ""
+    for part in label.split(", "):
+        if line and len(line) + len(part) + 2 > width:
+            lines.append(line + ",")
+            line = part
+        else:
+            line = f"{line}, {part}" if line else part
+    return "\n".join(lines + [line])
+
+
 def plot_throughput(runs: list[Run], out: Path) -> Path:
     plt = _plt()
     groups = _by_label(runs)
     labels = list(groups)
-    metrics = (("fps", "frames/s", "env frames per second (FPS)"), ("pps", "predictions/s", "predictions per second (PPS)"),
-               ("tps", "updates/s", "trainings per second (TPS)"))
-    fig, axes = plt.subplots(1, 3, figsize=(12, 0.9 + 0.45 * max(len(labels), 3)), sharey=True)
+    metrics = (("fps", "env frames/s", "FPS (frames per second)"), ("pps", "predictions/s", "PPS (predictions/s)"),
+               ("tps", "updates/s", "TPS (trainings per second)"))
+    wrapped = [_wrap(label) for label in labels]
+    lines = sum(w.count("\n") + 1 for w in wrapped)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 1.6 + 0.22 * max(lines, 6) + 0.15 * len(labels)), sharey=True)
     colors = _colors(labels)
     for ax, (key, unit, title) in zip(axes, metrics):
         stats = [_mean_std([r.steady(key) for r in groups[label]]) for label in labels]
@@ -240,12 +261,12 @@ def plot_throughput(runs: list[Run], out: Path) -> Path:
         ax.set_xlabel(unit)
         ax.set_title(title)
         ax.set_xlim(right=max(means or [1]) * 1.25 or 1)
-    axes[0].set_yticks(range(len(labels)), labels)
+    axes[0].set_yticks(range(len(labels)), wrapped, fontsize=8)
     axes[0].invert_yaxis()
     fig.suptitle("Throughput per configuration (mean of the run's windows; bars: spread over runs)", fontsize=11)
     fig.tight_layout()
     path = out / "throughput.png"
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -271,7 +292,7 @@ def plot_counts(runs: list[Run], out: Path) -> Path:
     axes[-1].set_xlabel(xlabel)
     fig.tight_layout()
     path = out / "autotune_counts.png"
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -302,13 +323,23 @@ def plot_policy_lag(runs: list[Run], out: Path) -> Path:
                  loc="best")
     fig.tight_layout()
     path = out / "policy_lag.png"
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
+def like_for_like(runs: list[Run]) -> list[Run]:
+    """The A3C runs and the GA3C runs configured as some A3C run is, but for algo, game, net and seed."""
+    def rest(run: Run) -> tuple:
+        return tuple(sorted((k, v) for k, v in run.params.items() if k not in ("algo", "game", "net", "seed")))
+
+    baselines = {rest(r) for r in runs if r.algo == "a3c"}
+    return [r for r in runs if r.algo == "a3c" or (r.algo == "ga3c" and rest(r) in baselines)]
+
+
 def plot_ga3c_vs_a3c(runs: list[Run], out: Path) -> Path:
     plt = _plt()
+    runs = like_for_like(runs)
     keys = sorted({(r.game, r.net) for r in runs})
     algos = ["a3c", "ga3c"]
     colors = {"a3c": "#9e9e9e", "ga3c": "#1f77b4"}
@@ -343,7 +374,7 @@ def plot_ga3c_vs_a3c(runs: list[Run], out: Path) -> Path:
     right.set_title("Learning: final score, GA3C vs A3C")
     fig.tight_layout()
     path = out / "ga3c_vs_a3c.png"
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -384,11 +415,12 @@ def build(paths: list[Path], out: Path, title: str = "GA3C report") -> dict:
                          [plot_policy_lag(lagged, out)]))
     else:
         skipped.append("Policy lag: no run reported training_batch_mean and policy_lag_mean.")
-    if {"a3c", "ga3c"} <= {r.algo for r in runs}:
-        sections.append(("GA3C vs A3C", "Same game and network, both algorithms; bars are means over runs.",
+    if {"a3c", "ga3c"} <= {r.algo for r in like_for_like(runs)}:
+        sections.append(("GA3C vs A3C", "Same game, network and other settings, both algorithms; bars are means "
+                         "over runs (error bars: spread over runs).",
                          [plot_ga3c_vs_a3c(runs, out)]))
     else:
-        skipped.append("GA3C vs A3C: the runs are not of both algorithms (algo=ga3c and algo=a3c).")
+        skipped.append("GA3C vs A3C: no GA3C run configured like an A3C run (same overrides but algo).")
 
     columns = ["run", "label", "game", "net", "algo", "seed", "status", "frames", "wall_seconds", "score_mean_100",
                "fps_run_mean", "pps", "tps", "training_batch_mean", "policy_lag_mean", "agents", "predictors",
@@ -458,9 +490,9 @@ def wandb_online() -> tuple[bool, str]:
     return True, "online"
 
 
-def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None,
-                         entity: str | None) -> str:
-    """A W&B Report with score/throughput panels over the runs' W&B group(s). Returns its URL."""
+def wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None, entity: str | None):
+    """A W&B Report (not saved yet): score, throughput, counts and lag panels over the runs' W&B group(s),
+    its runs grouped by the varied keys."""
     import wandb_workspaces.reports.v2 as wr
 
     def cfg(run: Run, key: str):
@@ -472,9 +504,10 @@ def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project
     project = project or next((cfg(r, "wandb.project") for r in runs if cfg(r, "wandb.project")), "ga3c")
     entity = entity or next((cfg(r, "wandb.entity") for r in runs if cfg(r, "wandb.entity")), None)
     groups = sorted({str(cfg(r, "wandb.group")) for r in runs if cfg(r, "wandb.group")})
-    runsets = [wr.Runset(entity=entity or "", project=project, name=group,
+    groupby = [k for k in varied if "/" not in k]
+    runsets = [wr.Runset(entity=entity or "", project=project, name=group, groupby=groupby,
                          filters=f"Config('wandb.group') == '{group}'") for group in groups] or \
-        [wr.Runset(entity=entity or "", project=project)]
+        [wr.Runset(entity=entity or "", project=project, groupby=groupby)]
     panels = [wr.LinePlot(title="score vs frames", x="trainer/global_step", y=["score_mean_100"]),
               wr.LinePlot(title="score vs wall time", x="Relative Time (Wall)", y=["score_mean_100"]),
               wr.LinePlot(title="throughput", x="trainer/global_step", y=["fps", "pps", "tps"]),
@@ -485,6 +518,13 @@ def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project
                        description=f"{len(runs)} runs; groups {', '.join(groups) or '(none)'}; "
                                    f"varied keys {', '.join(varied) or 'none'}",
                        blocks=[wr.H1(text=title), wr.PanelGrid(runsets=runsets, panels=panels)])
+    return report
+
+
+def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None,
+                         entity: str | None) -> str:
+    """Save the W&B Report online; returns its URL."""
+    report = wandb_report(runs, varied, title, project, entity)
     report.save()
     return report.url
 

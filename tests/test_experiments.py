@@ -209,3 +209,25 @@ def test_multirun_with_submitit_local_launcher_runs_each_job_in_its_own_process(
     assert len(wandb_ids) == 2, "each job must have its own W&B run"
     assert "training_min_batch=16" in batches[0] and "training_min_batch=64" in batches[1]
     assert_no_leftovers(str(sweep_dir))
+
+
+@pytest.mark.slow
+def test_optuna_search_maximises_the_objective_train_py_returns(tmp_path):
+    """Two Optuna trials on CartPole: the best value Optuna reports is the best trial's summary[objective]."""
+    sweep_dir = tmp_path / "optuna"
+    env = dict(os.environ, GA3C_TEST_MARKER=str(sweep_dir))
+    command = [sys.executable, "train.py", "-m", "experiment=hparam_search", "game=cartpole", "max_frames=5000",
+               "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep_dir}", "wandb.mode=disabled",
+               "log.every_seconds=1", "log.progress=false"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    results = OmegaConf.load(sweep_dir / "optimization_results.yaml")
+    trials = {run.name: read_summary(run) for run in sweep_dir.iterdir() if run.is_dir() and run.name.isdigit()}
+    assert len(trials) == 2
+    scores = [s["score_mean_100"] for s in trials.values()]
+    assert results.best_value == pytest.approx(max(scores))
+    best = next(name for name, s in trials.items() if s["score_mean_100"] == max(scores))
+    chosen = (sweep_dir / best / ".hydra" / "overrides.yaml").read_text()
+    for key, value in results.best_params.items():
+        assert f"{key}={value}" in chosen
+    assert_no_leftovers(str(sweep_dir))
