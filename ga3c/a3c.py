@@ -123,6 +123,7 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         game, t_max, gamma, reward_clip = spec["game"], spec["t_max"], spec["gamma"], spec["reward_clip"]
+        lam = spec["gae_lambda"]
         env = make_env(game, seed)
         obs_shape, num_actions = tuple(env.observation_space.shape), int(env.action_space.n)
         local = instantiate(spec["net"], obs_shape=obs_shape, num_actions=num_actions)
@@ -181,7 +182,12 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
             start = time.perf_counter()
             logits, values = local(torch.from_numpy(obs_buffer[:length + 1]))
             bootstrap = 0.0 if terminal else float(values[length].detach())
-            returns = torch.from_numpy(discounted_returns(rewards[:length], bootstrap, gamma))
+            if lam < 1.0:  # lambda-returns from the values of the same copy (GA3C: of the acting forward pass)
+                returns = discounted_returns(rewards[:length], bootstrap, gamma,
+                                             values[:length].detach().numpy(), lam)
+            else:
+                returns = discounted_returns(rewards[:length], bootstrap, gamma)
+            returns = torch.from_numpy(returns)
             parts = a3c_loss(logits[:length], values[:length], actions[:length], returns, spec["beta"],
                              spec["log_epsilon"], spec["value_coef"], spec["reduction"])
             if not torch.isfinite(parts["loss"]):
@@ -245,6 +251,7 @@ class A3CRun:
         self.seed_counter = 0
         lc = cfg.learner
         self.spec = dict(game=self.game, t_max=int(cfg.t_max), gamma=float(lc.gamma),
+                         gae_lambda=float(lc.get("gae_lambda", 1.0)),
                          reward_clip=float(lc.reward_clip), beta=float(lc.beta), log_epsilon=float(lc.log_epsilon),
                          value_coef=float(lc.value_coef), reduction=str(lc.reduction), grad_clip=float(lc.grad_clip),
                          net=OmegaConf.to_container(cfg.net, resolve=True),

@@ -322,6 +322,7 @@ def ratios(results: dict) -> dict:
             "ga3c_over_a3c_tps": ratio(ga3c, a3c, "tps"),
             "ga3c_over_a3c_samples_per_cpu_s": ratio(ga3c, a3c, "samples_per_s_per_cpu_s"),
             "ga3c_over_ceiling_fps": ratio(ga3c, ceiling, "fps"),
+            "ga3c_over_ceiling_fps_per_cpu_s": ratio(ga3c, ceiling, "fps_per_cpu_s"),
             "a3c_over_ceiling_fps": ratio(a3c, ceiling, "fps")}
 
 
@@ -333,20 +334,26 @@ def markdown(results: dict, meta: dict) -> str:
              f"- {meta['seconds_per_arm']:.0f} s measured per arm after a {meta['warmup_seconds']:.0f} s warm-up; "
              f"arms run one after another; date {meta['date']}", "",
              "| arm | NA/NP/NT | env frames/s | PPS | TPS | training samples/s | CPU util (arm) | machine CPU busy "
-             "| GPU util | samples per CPU-s |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| GPU util | frames per CPU-s | samples per CPU-s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for arm, m in results.items():
         counts = f"{m.get('agents')}/{m.get('predictors')}/{m.get('trainers')}"
         lines.append(f"| {m['label']} | {counts} | {fmt(m.get('fps'))} | {fmt(m.get('pps'))} | {fmt(m.get('tps'), 1)} "
                      f"| {fmt(m.get('samples_per_s'))} | {fmt(m.get('cpu_util'), percent=True)} "
                      f"| {fmt(m.get('machine_cpu_busy'), percent=True)} | {fmt(m.get('gpu_util'), percent=True)} "
-                     f"| {fmt(m.get('samples_per_s_per_cpu_s'))} |")
+                     f"| {fmt(m.get('fps_per_cpu_s'))} | {fmt(m.get('samples_per_s_per_cpu_s'))} |")
     lines += ["", "| ratio | value |", "| --- | ---: |",
               f"| GA3C / A3C, training samples/s | {fmt(r['ga3c_over_a3c_samples_per_s'], 2)} |",
               f"| GA3C / A3C, env frames/s | {fmt(r['ga3c_over_a3c_fps'], 2)} |",
               f"| GA3C / A3C, training samples per CPU-second (fair on a shared machine) "
               f"| {fmt(r['ga3c_over_a3c_samples_per_cpu_s'], 2)} |",
               f"| GA3C / env-only ceiling, env frames/s | {fmt(r['ga3c_over_ceiling_fps'], 2)} |",
-              f"| A3C / env-only ceiling, env frames/s | {fmt(r['a3c_over_ceiling_fps'], 2)} |", ""]
+              f"| GA3C / env-only ceiling, env frames per CPU-second | "
+              f"{fmt(r['ga3c_over_ceiling_fps_per_cpu_s'], 2)} |",
+              f"| A3C / env-only ceiling, env frames/s | {fmt(r['a3c_over_ceiling_fps'], 2)} |", "",
+              "CPU util (arm): CPU time of the arm's processes over the measured window, as a share of all cores; "
+              "machine CPU busy: the whole machine, other users included. Per CPU-second figures divide the rate "
+              "by the arm's CPU use, so they compare designs fairly when the machine is shared.", ""]
     g, a = results.get("ga3c"), results.get("a3c")
     lines += ["## Where the time goes", ""]
     if g:
@@ -417,7 +424,7 @@ def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) 
                      name=w.name or f"bench-{meta['game']}-{meta['net']}", tags=list(w.tags) or None, mode=w.mode,
                      dir=str(out), config=dict(meta, bench=OmegaConf.to_container(cfg.bench, resolve=True)))
     keys = ["fps", "pps", "tps", "samples_per_s", "cpu_util", "machine_cpu_busy", "gpu_util",
-            "samples_per_s_per_cpu_s"]
+            "fps_per_cpu_s", "samples_per_s_per_cpu_s"]
     table = wandb.Table(columns=["arm", *keys])
     figures = {}
     for arm, m in results.items():
