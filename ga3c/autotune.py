@@ -186,21 +186,22 @@ class CompassPolicy:
     """Noise-aware compass search over (N_A, N_P, N_T).
 
     * Search. From the kept setting (the incumbent) it polls neighbours one at a time: agents times or
-      divided by a ratio (2, then 1.41, then 1.19; at least +-1), predictors and trainers +-1. A neighbour
-      that was just kept is followed by another step the same way (pattern move). The first neighbour that is
-      better with confidence becomes the incumbent; when none is, the agent ratio shrinks; when none is at
-      the finest ratio, the search has converged.
-    * Noise. Every comparison is of log-throughput means over all recent windows of the two settings, with a
-      standard error from a pooled estimate of the relative noise of one window (windows repeated at the same
-      setting, shrunk towards `noise_prior`). A move is kept when its gain exceeds both `min_gain` and `z`
-      standard errors; rejected when even its optimistic gain (`+ z` s.e.) stays below `min_gain`; otherwise
-      the candidate and the incumbent are re-measured alternately (so slow drift cancels), at most
-      `max_repeats` windows for the candidate, then the point estimate decides. Known-bad neighbours measured
-      recently are rejected without spending a window on them again.
+      divided by a ratio (2, then 1.41; each at least +-1), predictors and trainers +-1. After a kept move it
+      first tries another step the same way (pattern move). The first neighbour that is better with confidence
+      becomes the incumbent; when none is, the agent ratio shrinks (only the new agent moves are tried); when
+      none is at the finest ratio, the search has converged.
+    * Noise. Every comparison is of log-throughput means over the recent windows (`memory`) of the two
+      settings, with a standard error from a pooled estimate of the relative noise of one window (repeated
+      windows of a setting, the spread of the monitor windows inside each window, and `noise_prior`). A move
+      is kept when its gain exceeds both `min_gain` and `z` standard errors; rejected when even its optimistic
+      gain (`+ z_reject` s.e.) stays below `min_gain`; otherwise the candidate and the incumbent are measured
+      again alternately (so slow drift cancels), at most `max_repeats` windows for the candidate, then the
+      point estimate decides. Neighbours that recent windows already show to be worse are not measured again.
     * Settle. Once converged it stops perturbing and only measures the incumbent. When the mean of the last
-      `shift_windows` windows moves by more than `shift_threshold` (and `z` standard errors) from the level
-      measured at convergence (the game changed phase, the machine got busier), it forgets the old
-      measurements and searches again from the incumbent with a medium agent step.
+      `shift_windows` windows moves from the earlier ones by more than `shift_threshold` and `shift_z`
+      standard errors (the game changed phase, the machine got busier), it forgets the old measurements and
+      searches again from the incumbent with the finer agent step. It also re-probes after `reprobe_every`
+      settled windows, waiting `reprobe_backoff` times longer each time the re-probe confirmed the setting.
     """
 
     name = "compass"

@@ -3,6 +3,7 @@
     python tests/bench_autotune.py grid --out bench/autotune --seconds 60 --agents 8,16,32 --predictors 1,2 --trainers 1,2
     python tests/bench_autotune.py tune --out bench/autotune --policy compass --start 2,1,1 --seconds 300
     python tests/bench_autotune.py report --out bench/autotune
+    python tests/bench_autotune.py plot --out bench/autotune      # N_A, N_P, N_T over time, one PNG per run
 
 `grid` runs a Hydra multirun sweep of fixed counts; each job's steady throughput is the mean of its window rates
 after --warmup seconds. `tune` runs one auto-tuned run from a start setting. `report` prints, for each tuned run,
@@ -107,6 +108,33 @@ def report(a) -> None:
               f"{len(decisions)} ({changes}) |")
 
 
+def plot(a) -> None:
+    """One PNG per tuned run: N_A, N_P, N_T and samples/s over time (the monitor's windows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for d in sorted(Path(a.out).glob("tune-*")):
+        r = rows(d)
+        if not r:
+            continue
+        t = [x["wall_seconds"] for x in r]
+        fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 5))
+        for key in ("agents", "predictors", "trainers"):
+            top.step(t, [x[key] for x in r], where="post", label=key)
+        top.set_yscale("log", base=2)
+        top.legend()
+        top.set_title(d.name)
+        bottom.plot(t, [x["samples_per_s"] for x in r])
+        bottom.set_ylabel("samples/s")
+        bottom.set_xlabel("seconds")
+        fig.tight_layout()
+        fig.savefig(Path(a.out) / f"{d.name}.png")
+        plt.close(fig)
+        print("wrote", Path(a.out) / f"{d.name}.png")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -119,15 +147,16 @@ def main() -> None:
     t.add_argument("--start", default="2,1,1")
     t.add_argument("overrides", nargs="*")
     r = sub.add_parser("report")
+    pl = sub.add_parser("plot")
     r.add_argument("--warmup", type=float, default=20.0)
     r.add_argument("--trail", type=float, default=30.0)
-    for s in (g, t, r):
+    for s in (g, t, r, pl):
         s.add_argument("--out", default="bench/autotune")
         s.add_argument("--seconds", type=int, default=60)
         s.add_argument("--every", type=float, default=5.0)
     a = p.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    dict(grid=grid, tune=tune, report=report)[a.cmd](a)
+    dict(grid=grid, tune=tune, report=report, plot=plot)[a.cmd](a)
 
 
 if __name__ == "__main__":
