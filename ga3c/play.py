@@ -244,8 +244,12 @@ def log_to_wandb(cfg, result: dict, output_dir: Path, mode: str, wandb_video) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(USAGE + "\n\n" + __doc__)
+        return 0
     try:
-        options, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+        options, overrides = parse_args(argv)
         play(options, overrides)
     except PlayError as error:
         print(f"ga3c.play: error: {error}", file=sys.stderr)

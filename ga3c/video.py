@@ -1,7 +1,7 @@
 """Gameplay video: play episodes with a network, write MP4s; the training callback that logs one to W&B.
 
 Frames come from the game itself, not from the network's input: Atari games give the ALE's RGB screen
-(one frame per agent step), CartPole is drawn here with OpenCV (gymnasium's renderer needs pygame), and
+(one frame per agent step, shown at twice its size), CartPole is drawn here with OpenCV (gymnasium's renderer needs pygame), and
 other classic-control games use gymnasium's rgb_array renderer when it is available.
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ def draw_cartpole(env, width: int = 400, height: int = 300) -> np.ndarray:
 def frame_of(env) -> np.ndarray:
     """The current screen of `env` (made by ga3c.env.make_env) as an RGB uint8 array."""
     unwrapped = env.unwrapped
-    if hasattr(unwrapped, "ale"):
-        return unwrapped.ale.getScreenRGB()
+    if hasattr(unwrapped, "ale"):  # 210x160: doubled so the video is watchable at a glance
+        return np.repeat(np.repeat(unwrapped.ale.getScreenRGB(), 2, axis=0), 2, axis=1)
     if type(unwrapped).__name__ == "CartPoleEnv":
         return draw_cartpole(env)
     unwrapped.render_mode = "rgb_array"  # make_env builds envs without a renderer
