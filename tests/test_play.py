@@ -12,7 +12,7 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from ga3c.play import PlayError, parse_args
+from ga3c.play import PlayError, main, parse_args
 from tests.conftest import REPO, assert_no_leftovers, read_summary, run_train
 
 
@@ -21,6 +21,12 @@ def play(*args: str, env: dict | None = None, timeout: float = 300) -> subproces
                             timeout=timeout, env=dict(os.environ, **(env or {})))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
+
+
+def play_here(capsys, *args: str) -> str:
+    """ga3c.play in this process (fast); returns what it printed."""
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
 
 
 def mp4_frames(path: Path) -> int:
@@ -60,14 +66,14 @@ def untrained_run(tmp_path) -> Path:
     return run
 
 
-def test_play_untrained_cartpole_checkpoint_writes_mp4_and_table(untrained_run):
-    result = play(f"ckpt_path={untrained_run / 'checkpoints' / 'last.ckpt'}", "episodes=3", "greedy=true",
-                  "wandb.mode=disabled")
+def test_play_untrained_cartpole_checkpoint_writes_mp4_and_table(untrained_run, capsys):
+    stdout = play_here(capsys, f"ckpt_path={untrained_run / 'checkpoints' / 'last.ckpt'}", "episodes=3",
+                       "greedy=true", "wandb.mode=disabled")
     out = untrained_run / "play-greedy"
     scores = json.loads((out / "scores.json").read_text())
     assert scores["game"] == "cartpole" and scores["greedy"] is True and scores["global_step"] == 7
     assert len(scores["episodes"]) == 3
-    check_table(result.stdout, scores)
+    check_table(stdout, scores)
     best = scores["episodes"][scores["best_episode"] - 1]
     assert best["score"] == scores["score_max"]
     # CartPole gives +1 a step: the best episode's video has its reset frame plus one frame per step
@@ -75,9 +81,9 @@ def test_play_untrained_cartpole_checkpoint_writes_mp4_and_table(untrained_run):
     assert not (out / ".episodes").exists()
 
 
-def test_play_sampled_actions_max_steps_and_run_dir_argument(untrained_run, tmp_path):
+def test_play_sampled_actions_max_steps_and_run_dir_argument(untrained_run, tmp_path, capsys):
     out = tmp_path / "eval"
-    play(f"ckpt_path={untrained_run}", "episodes=2", "max_steps=5", f"output_dir={out}", "video=false",
+    play_here(capsys, f"ckpt_path={untrained_run}", "episodes=2", "max_steps=5", f"output_dir={out}", "video=false",
          "wandb.mode=disabled")
     scores = json.loads((out / "scores.json").read_text())
     assert scores["greedy"] is False
@@ -85,18 +91,18 @@ def test_play_sampled_actions_max_steps_and_run_dir_argument(untrained_run, tmp_
     assert not (out / "best_episode.mp4").exists() and scores["video"] is None
 
 
-def test_play_argument_errors(untrained_run, tmp_path):
+def test_play_argument_errors(untrained_run, tmp_path, capsys):
     for argv, message in (([], "ckpt_path is required"), (["ckpt_path=x", "episodes=0"], "episodes must be >= 1"),
                           (["ckpt_path=x", "greedy=maybe"], "greedy must be true or false"),
                           (["episodes"], "key=value")):
         with pytest.raises(PlayError, match=message):
             parse_args(argv)
-    result = subprocess.run([sys.executable, "-m", "ga3c.play", f"ckpt_path={tmp_path / 'nope.ckpt'}"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "no checkpoint file" in result.stderr
-    wrong = subprocess.run([sys.executable, "-m", "ga3c.play", f"ckpt_path={untrained_run}", "game=pong",
-                            "wandb.mode=disabled"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert wrong.returncode == 2 and "does not fit game=pong" in wrong.stderr
+    assert main([f"ckpt_path={tmp_path / 'nope.ckpt'}"]) == 2
+    assert "no checkpoint file" in capsys.readouterr().err
+    assert main([f"ckpt_path={untrained_run}", "game=pong", "net=mlp", "wandb.mode=disabled"]) == 2
+    assert "net: an MLP needs vector observations" in capsys.readouterr().err
+    assert main([f"ckpt_path={untrained_run}", "game=pong", "wandb.mode=disabled"]) == 2   # conv net, mlp weights
+    assert "does not fit game=pong" in capsys.readouterr().err
 
 
 @pytest.mark.slow
