@@ -59,6 +59,7 @@ class Monitor(pl.Callback):
         self.scores = collections.deque(maxlen=score_window)
         self.lengths = collections.deque(maxlen=score_window)
         self._lock = threading.Lock()
+        self._tick_lock = threading.RLock()
         self.start_time = time.monotonic()
         self.wall_offset = 0.0          # wall seconds of the runs before a resume
         self._last_time = self.start_time
@@ -98,19 +99,21 @@ class Monitor(pl.Callback):
         now = time.monotonic()
         if not force and now - self._last_time < self.every_seconds:
             return None
-        with self._lock:
+        # One window at a time, published in order (several threads tick); episodes keep their own lock.
+        with self._tick_lock:
+            now = time.monotonic()
             if not force and now - self._last_time < self.every_seconds:
                 return None
             snap, dt = self._snapshot(), max(now - self._last_time, 1e-9)
             last, self._last, self._last_time = self._last, snap, now
-            scores = list(self.scores)
-            lengths = list(self.lengths)
-        metrics = self._metrics(snap, last, dt, scores, lengths, now)
-        self.latest = metrics
-        for listener in self.listeners:
-            listener(metrics)
-        self._publish(metrics)
-        return metrics
+            with self._lock:
+                scores, lengths = list(self.scores), list(self.lengths)
+            metrics = self._metrics(snap, last, dt, scores, lengths, now)
+            self.latest = metrics
+            for listener in self.listeners:
+                listener(metrics)
+            self._publish(metrics)
+            return metrics
 
     def _metrics(self, snap: dict, last: dict, dt: float, scores: list, lengths: list, now: float) -> dict:
         server, learner = self.server, self.server.learner

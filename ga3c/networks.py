@@ -60,3 +60,17 @@ class MLPActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obs = obs.float()
         return self.policy(obs), self.value(obs).squeeze(-1)
+
+
+def build_network(net_cfg, obs_shape: Sequence[int], num_actions: int) -> nn.Module:
+    """Instantiate the net/ config for a game; a net that does not fit the observations is a config error."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from ga3c.config import ConfigError
+
+    try:
+        return instantiate(net_cfg, obs_shape=tuple(obs_shape), num_actions=num_actions)
+    except InstantiationException as error:
+        cause = error.__cause__ or error
+        raise ConfigError(f"net: {cause}") from None

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from ga3c.config import ConfigError, check_output_dir, validate
 from ga3c.env import env_spec
 from ga3c.learner import Learner
+from ga3c.networks import build_network
 from ga3c.monitor import Counters, Monitor
 from ga3c.server import Server, stop_forkserver
 from ga3c.trainer import ExperienceDataset
@@ -86,10 +87,13 @@ def finish_wandb() -> None:
 
 class StopSignals:
     """First SIGINT/SIGTERM: stop gracefully (final checkpoint, summary, W&B). Second: exit at once,
-    killing the agent processes first so none is left behind."""
+    killing the agent processes first so none is left behind. Installed before anything slow starts, so a
+    signal during start-up is honoured as soon as the server exists."""
 
-    def __init__(self, server: Server):
-        self.server, self.previous, self.count = server, {}, 0
+    def __init__(self):
+        self.server: Server | None = None
+        self.previous: dict = {}
+        self.received: list[str] = []
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -97,16 +101,23 @@ class StopSignals:
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def attach(self, server: Server) -> None:
+        self.server = server
+        if self.received:
+            server.request_stop(self.received[0])
+
     def _handle(self, signum, frame) -> None:
-        self.count += 1
         name = signal.Signals(signum).name
-        if self.count == 1:
+        self.received.append(name)
+        if len(self.received) == 1:
             print(f"\n[ga3c] {name}: stopping (final checkpoint and summary); again to exit at once", flush=True)
-            self.server.request_stop(name)
+            if self.server is not None:
+                self.server.request_stop(name)
             return
-        for handle in list(self.server.agents) + list(self.server._retiring.values()):
-            if handle is not None and handle.process.is_alive():
-                handle.process.kill()
+        if self.server is not None:
+            for handle in list(self.server.agents) + list(self.server._retiring.values()):
+                if handle is not None and handle.process.is_alive():
+                    handle.process.kill()
         stop_forkserver()
         os._exit(128 + signum)
 
@@ -126,6 +137,11 @@ def train(cfg: DictConfig) -> dict:
         from ga3c.bench import train_ceiling
 
         return train_ceiling(cfg)
+    with StopSignals() as signals:
+        return _train_ga3c(cfg, signals)
+
+
+def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     output_dir = Path(cfg.output_dir)
     check_output_dir(output_dir)
     resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}
@@ -138,7 +154,7 @@ def train(cfg: DictConfig) -> dict:
     torch.set_num_threads(cfg.torch_threads)
 
     obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
-    model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)
+    model = build_network(cfg.net, obs_shape, num_actions)
     counters = Counters()
     lc = cfg.learner
     learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
@@ -146,6 +162,7 @@ def train(cfg: DictConfig) -> dict:
                       reward_clip=lc.reward_clip, counters=counters)
     max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, max_agents)
+    signals.attach(server)
     monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window,
                       cfg.stop_score)
     server.monitor = monitor
@@ -168,17 +185,17 @@ def train(cfg: DictConfig) -> dict:
                          default_root_dir=str(output_dir), num_sanity_val_steps=0, log_every_n_steps=1_000_000)
     status = "failed"
     try:
-        with StopSignals(server):
-            loader = DataLoader(ExperienceDataset(server), batch_size=None, num_workers=0)
-            trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
-            if server.stop_reason is None:
-                server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
-            status = "failed" if server.error else "finished"
+        loader = DataLoader(ExperienceDataset(server), batch_size=None, num_workers=0)
+        trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
+        if server.stop_reason is None:
+            server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
+        status = "failed" if server.error else "finished"
     except Exception as error:
         server.fail(f"training raised {error!r}", error)
         raise
     finally:
         server.shutdown()
+        log.info("agents, predictors and trainers stopped")
         if server.error is None or not isinstance(server.error, FloatingPointError):
             # The last good state; after NaN the previous checkpoint is the good one and stays as it is.
             try:
@@ -187,6 +204,7 @@ def train(cfg: DictConfig) -> dict:
                 log.error("final checkpoint failed: %s", error)
         metrics = monitor.tick(force=True) or monitor.latest
         monitor.write_summary(metrics, status=status)
+        log.info("final checkpoint and summary written")
         finish_wandb()
         server.close()
         stop_forkserver()

@@ -60,6 +60,8 @@ class Server:
         self.trainers: list[TrainerThread] = []
         self.all_predictors: list[Predictor] = []  # retired ones too, so counters never go backwards
         self.all_trainers: list[TrainerThread] = []
+        self.steps_to_learner = 0     # steps handed to Lightning this run (it prefetches one batch ahead)
+        self._trained_at_start = 0
         self.stopping = threading.Event()
         self.stop_reason: str | None = None
         self.error: BaseException | None = None
@@ -78,6 +80,7 @@ class Server:
         return sum(a is not None for a in self.agents)
 
     def start(self) -> None:
+        self._trained_at_start = self.counters["trained_steps"]  # after a checkpoint restored the counters
         self.set_counts(self.cfg.agents, self.cfg.predictors, self.cfg.trainers)
         self._watchdog.start()
 
@@ -251,6 +254,10 @@ class Server:
             except queue.Empty:
                 break
             self.counters.add(discarded_steps=len(batch["actions"]))
+        # Lightning's prefetched batch, taken from the queue but never trained.
+        self.counters.add(discarded_steps=self.steps_to_learner - (self.counters["trained_steps"] -
+                                                                   self._trained_at_start))
+        self.steps_to_learner = self.counters["trained_steps"] - self._trained_at_start
         # Rollouts still in the training queue were produced but never trained.
         while len(records := self.training_queue.get_many(4096, timeout=0.0)):
             self.counters.add(discarded_steps=int(records["length"].sum()))

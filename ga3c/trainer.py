@@ -88,4 +88,5 @@ class ExperienceDataset(IterableDataset):
             except queue.Empty:
                 server.monitor.tick()  # keep reporting while the learner starves
                 continue
+            server.steps_to_learner += len(batch["actions"])
             yield batch

@@ -1,0 +1,62 @@
+"""Config composition for every game x net, and the checks that turn bad values into clear messages."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from ga3c.config import ConfigError, validate
+from ga3c.env import env_spec
+from ga3c.networks import build_network
+
+from conftest import GAMES, NETS, compose_config
+
+
+@pytest.mark.parametrize("game", GAMES)
+@pytest.mark.parametrize("net", NETS)
+def test_every_game_and_net_composes(game, net):
+    cfg = compose_config(f"game={game}", f"net={net}")
+    validate(cfg)
+    assert cfg.game.name == game
+    obs_shape, _, num_actions = env_spec(OmegaConf.to_container(cfg.game))
+    if (len(obs_shape) == 1) != (net == "mlp"):
+        with pytest.raises(ConfigError, match="net="):  # a conv net on vectors, or an MLP on frames
+            build_network(cfg.net, obs_shape, num_actions)
+    else:
+        model = build_network(cfg.net, obs_shape, num_actions)
+        assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_cartpole_picks_the_mlp_and_its_own_hyperparameters():
+    cfg = compose_config("game=cartpole")
+    assert cfg.net._target_.endswith("MLPActorCritic") and cfg.learner.optimizer._target_ == "torch.optim.Adam"
+    pong = compose_config()
+    assert pong.game.id == "ALE/Pong-v5" and pong.net._target_.endswith("ConvActorCritic")
+    assert pong.learner.optimizer._target_ == "ga3c.learner.RMSpropTF" and pong.learner.optimizer.lr == 3e-4
+    assert (pong.agents, pong.predictors, pong.trainers, pong.t_max) == (32, 2, 2, 5)  # the paper's
+
+
+def test_any_gymnasium_id_works_with_one_override():
+    cfg = compose_config("game=cartpole", "game.id=Acrobot-v1")
+    validate(cfg)
+    obs_shape, _, num_actions = env_spec(OmegaConf.to_container(cfg.game))
+    assert obs_shape == (6,) and num_actions == 3
+
+
+def test_the_large_net_is_substantially_larger():
+    def params(net):
+        cfg = compose_config(f"net={net}")
+        return sum(p.numel() for p in build_network(cfg.net, (4, 84, 84), 6).parameters())
+
+    assert params("large") > 2 * params("small")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("agents=0", "agents"), ("predictors=-1", "predictors"), ("trainers=0", "trainers"), ("t_max=0", "t_max"),
+    ("training_min_batch=-4", "training_min_batch"), ("learner.gamma=1.5", "learner.gamma"),
+    ("learner.gamma=0", "learner.gamma"), ("training_min_batch=512", "training_max_batch"),
+    ("prediction_max_batch=0", "prediction_max_batch"), ("learner.optimizer.lr=0", "learner.optimizer.lr"),
+    ("wandb.mode=sometimes", "wandb.mode"), ("max_frames=-5", "max_frames"), ("learner.gae_lambda=2", "gae_lambda"),
+])
+def test_invalid_values_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        validate(compose_config(override))
