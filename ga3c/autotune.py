@@ -217,8 +217,9 @@ class CompassPolicy:
         self.poll: list[Counts] = []         # neighbours still to try at this incumbent and level
         self.rejected: set[Counts] = set()   # neighbours of this incumbent rejected already
         self.direction: tuple[int, int] | None = None   # (coordinate, sign) of the last kept move
-        self.samples: dict[Counts, list[tuple[int, float]]] = {}   # setting -> [(window, log value)]
+        self.samples: dict[Counts, list[tuple[int, float]]] = {}   # setting -> [(window, value)]
         self.window_noise: list[tuple[int, float, int]] = []        # (window, variance of its log value, dof)
+        self.peak = 0.0                      # the highest value measured
         self.phase = "search"                # search | settled
         self.baseline: float | None = None   # log level of the incumbent when it settled
         self.baseline_n = 0
@@ -228,9 +229,13 @@ class CompassPolicy:
         self._new_poll()
 
     # --- statistics ---
+    def _log(self, value: float) -> float:
+        return math.log(max(value, 0.01 * self.peak, 1e-9))
+
     def _recent(self, c: Counts) -> list[float]:
+        """Log values of c's windows still remembered."""
         oldest = self.window - self.p.memory
-        return [v for w, v in self.samples.get(c, []) if w > oldest]
+        return [self._log(v) for w, v in self.samples.get(c, []) if w > oldest]
 
     def stats(self, c: Counts) -> _Stats:
         values = self._recent(c)
@@ -342,7 +347,10 @@ class CompassPolicy:
         degrees of freedom), if known, estimates the variance of its log from within the window (e.g. the
         spread of its sub-windows): it joins the pooled noise estimate."""
         measured, before = self.current, self.incumbent
-        self.samples.setdefault(measured, []).append((self.window, math.log(max(value, 1e-9))))
+        # a stalled window (0/s) is very bad, not infinitely bad: floor it at 1 % of the best seen so far, so one
+        # such window cannot blow up the noise estimate
+        self.peak = max(self.peak, value)
+        self.samples.setdefault(measured, []).append((self.window, float(value)))
         if var is not None and dof > 0 and math.isfinite(var):
             self.window_noise.append((self.window, float(var), int(dof)))
         oldest = self.window - self.p.memory   # forget what can no longer be used
@@ -355,8 +363,8 @@ class CompassPolicy:
             # the last shift_windows windows against the earlier ones still remembered: a sudden shift shows,
             # a slow drift moves both and does not
             k = self.p.shift_windows
-            recent = [v for w, v in self.samples.get(self.incumbent, []) if w > self.window - k]
-            earlier = [v for w, v in self.samples.get(self.incumbent, [])
+            recent = [self._log(v) for w, v in self.samples.get(self.incumbent, []) if w > self.window - k]
+            earlier = [self._log(v) for w, v in self.samples.get(self.incumbent, [])
                        if self.window - self.p.memory < w <= self.window - k]
             if len(recent) >= k and len(earlier) >= 2:
                 self.baseline, self.baseline_n = sum(earlier) / len(earlier), len(earlier)
@@ -409,7 +417,7 @@ class CompassPolicy:
                     level=self.level, poll=[list(c) for c in self.poll], rejected=[list(c) for c in self.rejected],
                     direction=None if self.direction is None else list(self.direction),
                     samples=[[list(c), [list(s) for s in v]] for c, v in self.samples.items()],
-                    window_noise=[list(n) for n in self.window_noise],
+                    window_noise=[list(n) for n in self.window_noise], peak=self.peak,
                     phase=self.phase, baseline=self.baseline, baseline_n=self.baseline_n,
                     settled_at=self.settled_at, reprobe_interval=self.reprobe_interval,
                     reprobe_origin=None if self.reprobe_origin is None else list(self.reprobe_origin))
@@ -423,6 +431,7 @@ class CompassPolicy:
         self.direction = None if state["direction"] is None else tuple(state["direction"])
         self.samples = {_counts(c): [(int(w), float(v)) for w, v in s] for c, s in state["samples"]}
         self.window_noise = [(int(w), float(v), int(n)) for w, v, n in state.get("window_noise", [])]
+        self.peak = float(state.get("peak", 0.0))
         self.phase, self.baseline = state["phase"], state["baseline"]
         self.baseline_n, self.settled_at = int(state["baseline_n"]), int(state["settled_at"])
         self.reprobe_interval = int(state["reprobe_interval"])
@@ -528,7 +537,10 @@ class AutoTuner(_Callback):
                 return
             now = float(m["wall_seconds"])
             if self._mark is None:
-                if now + 1e-9 >= self._measure_from - self._tolerance:
+                # start after the wait (or settle time), once the run is producing: with many agents starting
+                # on a busy machine the first windows may train nothing at all
+                producing = isinstance(m.get(self.objective), (int, float)) and m[self.objective] > 0
+                if now + 1e-9 >= self._measure_from - self._tolerance and producing:
                     self._mark = self._mark_of(m)
                 return
             lag = m.get("policy_lag_mean", math.nan)

@@ -206,6 +206,17 @@ def test_policy_state_survives_a_checkpoint(name):
         assert da.as_dict() == db.as_dict()
 
 
+def test_compass_survives_a_stalled_window():
+    """A window that trained nothing (agents still starting) must not wreck the noise estimate."""
+    policy = CompassPolicy(OVERSIZED, BOUNDS, 0)
+    policy.update(0.0)
+    _, kept, decisions = simulate(policy, pipeline, 4, 0.05, 0)
+    assert policy.noise() < 0.2                       # the stalled window counts as 100x worse, no more
+    assert decisions[0].action == "kept" and decisions[0].after.agents == 32
+    _, kept, _ = simulate(policy, pipeline, 60, 0.05, 0)
+    assert pipeline(kept[-1]) >= 0.9 * optimum(pipeline)
+
+
 def test_bounds_and_objective():
     assert Bounds(max_agents=8, max_predictors=2, max_trainers=3).clip((0, 5, -1)) == Counts(1, 2, 1)
     with pytest.raises(ValueError):
@@ -259,8 +270,8 @@ def test_autotuner_adapter_measures_windows_applies_and_records(tmp_path):
     tuner.on_fit_start(None, None)
     assert monitor.listeners == [tuner.on_window]
     frames = trained = updates = 0
-    for second in range(1, 40):   # one monitor window per second; throughput = 100 x agents samples/s
-        rate = 100 * server.num_agents
+    for second in range(1, 40):   # one monitor window per second; throughput = 100 x agents samples/s ...
+        rate = 100 * server.num_agents if second > 3 else 0   # ... once the run produces (after 3 s)
         frames, trained, updates = frames + 4 * rate, trained + rate, updates + rate // 32
         m = dict(wall_seconds=float(second), frames=frames, trained_steps=trained, updates=updates,
                  samples_per_s=float(rate), tps=rate / 32, fps=4.0 * rate, policy_lag_mean=2.0)
@@ -271,7 +282,7 @@ def test_autotuner_adapter_measures_windows_applies_and_records(tmp_path):
     # the first window starts after the wait, lasts the period; after each change 1 s is not measured
     rows = [json.loads(line) for line in (tmp_path / "autotune.jsonl").read_text().splitlines()]
     assert len(rows) == len(decisions)
-    assert rows[0]["wall_seconds"] == 5.0 and all(r["seconds"] == 3.0 for r in rows)
+    assert rows[0]["wall_seconds"] == 7.0 and all(r["seconds"] == 3.0 for r in rows)   # started at 4 s
     for d in decisions:
         assert d.value == pytest.approx(100 * d.measured.agents)   # measured with the counts in force
     assert [tuple(c) for c in server.calls] == [tuple(d.next) for d in decisions if d.next != d.measured]
