@@ -49,7 +49,7 @@ def train_ceiling(cfg: DictConfig) -> dict:
     from ga3c.env import env_spec
     from ga3c.learner import Learner
     from ga3c.monitor import Counters, Monitor
-    from ga3c.run import StopSignals, finish_wandb, make_logger
+    from ga3c.run import finish_wandb, make_logger
     from ga3c.server import Server, stop_forkserver
     from ga3c.a3c import parse_max_time
 
@@ -72,16 +72,30 @@ def train_ceiling(cfg: DictConfig) -> dict:
     if logger:
         logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
     max_time = parse_max_time(cfg.trainer.get("max_time"))
-    status = "failed"
+    status, received = "failed", []
+
+    def on_signal(signum, frame):  # first: graceful stop; second: kill the agents and exit
+        received.append(signum)
+        if len(received) == 1:
+            server.request_stop(signal.Signals(signum).name)
+            return
+        for handle in server.agents:
+            if handle is not None and handle.process.is_alive():
+                handle.process.kill()
+        stop_forkserver()
+        os._exit(128 + signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with StopSignals(server):
-            monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
-            server.start()
-            while not server.stopping.wait(0.2):
-                if max_time is not None and monitor.wall_seconds() >= max_time:
-                    server.request_stop("trainer.max_time")
-            status = "failed" if server.error else "finished"
+        monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
+        server.start()
+        while not server.stopping.wait(0.2):
+            if max_time is not None and monitor.wall_seconds() >= max_time:
+                server.request_stop("trainer.max_time")
+        status = "failed" if server.error else "finished"
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         server.shutdown()
         metrics = monitor.tick(force=True) or monitor.latest
         monitor.write_summary(metrics, status=status)
