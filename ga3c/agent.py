@@ -130,6 +130,11 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                 buffers.obs[index, slot, 0] = obs
     except (AgentStopped, BrokenPipeError):
         pass
+    except Exception as error:  # the env (or anything else) failed: tell the server why, then die
+        message = f"{type(error).__name__}: {error}".encode(errors="replace")[:511]
+        buffers.error[index, :len(message)] = np.frombuffer(message, np.uint8)
+        buffers.error[index, len(message)] = 0
+        raise
     finally:
         # A rollout cut short has no bootstrap value: the server counts its steps (produced, never shipped)
         # as discarded, so nothing is silently lost.

@@ -26,6 +26,11 @@ from ga3c.trainer import ExperienceDataset
 log = logging.getLogger(__name__)
 
 
+class RunFailed(RuntimeError):
+    """The run stopped because something failed (a thread raised, the loss went NaN); everything was shut down
+    cleanly and the message says what happened."""
+
+
 class RunState(pl.Callback):
     """Starts the server once Lightning has restored a checkpoint, and saves what a resumed run needs
     (counters, wall time, W&B id) in every checkpoint."""
@@ -41,12 +46,22 @@ class RunState(pl.Callback):
 
     def state_dict(self) -> dict:
         return dict(counters=self.server.counter_totals(), wall_seconds=self.monitor.wall_seconds(),
-                    wandb_id=self.wandb_id, **self.extra)
+                    wandb_id=self.wandb_id, seed_counter=self.server.seed_counter, **self.extra)
 
     def load_state_dict(self, state: dict) -> None:
         self.server.counters.load_state_dict(state.get("counters", {}))
         self.monitor.wall_offset = float(state.get("wall_seconds", 0.0))
-        self.extra.update({k: v for k, v in state.items() if k not in ("counters", "wall_seconds", "wandb_id")})
+        self.server.seed_counter = int(state.get("seed_counter", 0))  # new agents get new env seeds
+        own = ("counters", "wall_seconds", "wandb_id", "seed_counter")
+        self.extra.update({k: v for k, v in state.items() if k not in own})
+
+
+def game_spec(cfg: DictConfig) -> tuple:
+    """(obs shape, dtype, actions) of the configured game; a game that cannot be made is a config error."""
+    try:
+        return env_spec(OmegaConf.to_container(cfg.game, resolve=True))
+    except Exception as error:  # noqa: BLE001 - gymnasium raises many kinds for a bad id
+        raise ConfigError(f"game.id {cfg.game.id!r} cannot be made: {type(error).__name__}: {error}") from None
 
 
 def load_checkpoint_state(path: str) -> dict:
@@ -153,7 +168,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     pl.seed_everything(cfg.seed, workers=False, verbose=False)
     torch.set_num_threads(cfg.torch_threads)
 
-    obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
+    obs_shape, obs_dtype, num_actions = game_spec(cfg)
     model = build_network(cfg.net, obs_shape, num_actions)
     counters = Counters()
     lc = cfg.learner
@@ -190,9 +205,10 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
         if server.stop_reason is None:
             server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
         status = "failed" if server.error else "finished"
-    except Exception as error:
+    except Exception as error:  # raised inside Lightning's loop (the loss check, a callback): stop cleanly
         server.fail(f"training raised {error!r}", error)
-        raise
+        if not isinstance(error, FloatingPointError):
+            log.exception("training raised")
     finally:
         server.shutdown()
         log.info("agents, predictors and trainers stopped")
@@ -209,7 +225,9 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
         server.close()
         stop_forkserver()
     if server.error is not None:
-        raise server.error
+        if isinstance(server.error, FloatingPointError):
+            raise RunFailed(f"{server.error}") from server.error
+        raise RunFailed(f"{server.stop_reason}; see the log for the traceback") from server.error
     log.info("finished (%s): %s frames, score_mean_100 %.2f", server.stop_reason, metrics["frames"],
              metrics["score_mean_100"] if not math.isnan(metrics["score_mean_100"]) else float("nan"))
     return metrics

@@ -128,6 +128,7 @@ class Server:
         self.generations[index] = (int(self.generations[index]) + 1) % 65536
         self.buffers.stop[index] = 0
         self.buffers.slot_busy[index] = 0
+        self.buffers.error[index] = 0
         answer_reader, answer_writer = self.ctx.Pipe(duplex=False)
         seed = int(self.cfg.seed) * 10007 + self.seed_counter
         self.seed_counter += 1
@@ -208,8 +209,9 @@ class Server:
                 for index, handle in enumerate(self.agents):
                     if handle is not None and not handle.process.is_alive():
                         code = handle.process.exitcode
-                        log.warning("agent %d (pid %s) died with exit code %s; starting a replacement",
-                                    index, handle.process.pid, code)
+                        why = bytes(self.buffers.error[index]).split(b"\0", 1)[0].decode(errors="replace")
+                        log.warning("agent %d (pid %s) died (exit code %s%s); starting a replacement", index,
+                                    handle.process.pid, code, f": {why}" if why else "")
                         self.counters.add(agent_restarts=1)
                         self.agents[index] = None
                         os.close(handle.answer_fd)

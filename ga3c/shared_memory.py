@@ -91,6 +91,7 @@ class SharedBuffers:
             ("stop", (a,), np.uint8),                # the server asks agent a to finish
             ("produced_steps", (a,), np.int64),      # env steps taken (counted by the agent)
             ("shipped_steps", (a,), np.int64),       # env steps put on the training queue (by the agent)
+            ("error", (a, 512), np.uint8),           # why an agent failed (UTF-8), for the server's log
         ]
         offsets, size = [], 0
         for name, shape, dtype in layout:

@@ -1,0 +1,73 @@
+"""Fault injection for the reliability tests, loaded by the run itself through ordinary config:
+`game.id=tests.faults:Faulty-v0` (gymnasium imports the module, which registers the env) and
+`net._target_=tests.faults.RaisingNet` / `tests.faults.NaNNet` (Hydra instantiates any importable class)."""
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from ga3c.networks import MLPActorCritic
+
+
+class Faulty(gym.Env):
+    """CartPole-like vectors; the first agent to reach step `GA3C_FAULT_STEP` raises (once per run, via a
+    marker file), the replacement agents play on."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        marker = os.environ.get("GA3C_FAULT_MARKER")
+        if marker and self.t == int(os.environ.get("GA3C_FAULT_STEP", "50")):
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL)  # only the first agent to get here
+                os.close(fd)
+                raise RuntimeError("injected env fault: the emulator caught fire")
+            except FileExistsError:
+                pass
+        return np.full(4, self.t % 3 - 1, np.float32), 1.0, self.t >= 100, False, {}
+
+
+gym.register("Faulty-v0", entry_point=Faulty)
+
+
+class RaisingNet(MLPActorCritic):
+    """Raises in the predictor's forward pass (inference) after `after` calls."""
+
+    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 200):
+        super().__init__(obs_shape, num_actions, hidden)
+        self.calls, self.after = 0, after
+
+    def forward(self, obs):
+        if torch.is_inference_mode_enabled():
+            self.calls += 1
+            if self.calls > self.after:
+                raise RuntimeError("injected predictor fault")
+        return super().forward(obs)
+
+
+class NaNNet(MLPActorCritic):
+    """Returns NaN values in training forward passes after `after` of them."""
+
+    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 50):
+        super().__init__(obs_shape, num_actions, hidden)
+        self.calls, self.after = 0, after
+
+    def forward(self, obs):
+        logits, values = super().forward(obs)
+        if torch.is_grad_enabled():
+            self.calls += 1
+            if self.calls > self.after:
+                values = values * float("nan")
+        return logits, values

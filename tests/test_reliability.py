@@ -1,0 +1,256 @@
+"""Reliability: faults during a run, stopping, atomic checkpoints, no leaks across jobs, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import (REPO, assert_no_leftovers, compose_config, descendants, processes_with, read_summary,
+                      run_train, train_command, wait_until)
+
+
+def balanced(summary: dict) -> bool:
+    return summary["produced_steps"] == (summary["trained_steps"] + summary["discarded_steps"]
+                                         + summary["in_flight_steps"]) and summary["in_flight_steps"] == 0
+
+
+def start_run(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    env = dict(os.environ, GA3C_TEST_MARKER=str(run_dir))
+    return subprocess.Popen(train_command(run_dir, *overrides), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def summary_when(run_dir: Path, predicate, timeout: float) -> dict:
+    def check():
+        try:
+            return predicate(json.loads((run_dir / "summary.json").read_text()))
+        except (OSError, ValueError, KeyError):
+            return False
+    assert wait_until(check, timeout), f"condition never met; last summary: {(run_dir / 'summary.json').exists()}"
+    return read_summary(run_dir)
+
+
+def agent_pids(train_pid: int) -> list[int]:
+    """Agent processes: grandchildren of train.py through the forkserver."""
+    found = []
+    for pid in descendants(train_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if b"forkserver" in cmdline and parent != train_pid:
+            found.append(pid)
+    return found
+
+
+# --- faults during a run -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_killed_agent_is_replaced_and_training_continues(tmp_path):
+    process = start_run(tmp_path, "game=cartpole", "max_frames=null", "wandb.mode=disabled")
+    try:
+        before = summary_when(tmp_path, lambda s: s["updates"] > 20, 120)
+        victims = agent_pids(process.pid)
+        assert len(victims) == before["agents"]
+        os.kill(victims[0], signal.SIGKILL)
+        after = summary_when(tmp_path, lambda s: s["agent_restarts"] >= 1 and s["updates"] > before["updates"] + 50,
+                             30)
+        assert wait_until(lambda: len(agent_pids(process.pid)) == before["agents"], 10)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = process.stdout.read()
+    assert process.returncode == 0, output[-3000:]
+    assert "died" in output and "starting a replacement" in output
+    final = read_summary(tmp_path)
+    assert final["agent_restarts"] == 1 and final["stop_reason"] == "SIGTERM" and final["status"] == "finished"
+    assert final["updates"] > after["updates"] - 1
+    assert balanced(final), final
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_env_exception_in_an_agent_is_logged_and_the_agent_replaced(tmp_path):
+    marker = tmp_path / "fault-fired"
+    run_train(tmp_path, "game=cartpole", "game.id=tests.faults:Faulty-v0", "max_frames=20000", "wandb.mode=disabled",
+              env={"GA3C_FAULT_MARKER": str(marker), "GA3C_FAULT_STEP": "60"})
+    assert marker.exists()
+    summary = read_summary(tmp_path)
+    assert summary["agent_restarts"] == 1 and summary["status"] == "finished" and summary["frames"] >= 20000
+    assert balanced(summary), summary
+    log = (tmp_path / "train.log").read_text()
+    assert "injected env fault: the emulator caught fire" in log and "starting a replacement" in log
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_predictor_exception_stops_the_run_with_the_error_and_a_checkpoint(tmp_path):
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.RaisingNet", "+net.after=300",
+                       "max_frames=null", "wandb.mode=offline", check=False, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "predictor-0 raised" in result.stderr and "injected predictor fault" in result.stderr + result.stdout
+    summary = read_summary(tmp_path)
+    assert summary["status"] == "failed"
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == summary["updates"]
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.NaNNet", "+net.after=400",
+                       "checkpoint.every_minutes=0.01", "max_frames=null", "wandb.mode=disabled", check=False,
+                       timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("ga3c: error: loss is nan at update 400"), message
+    assert "Traceback" not in result.stderr
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert 0 < checkpoint["global_step"] <= 400
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+    assert read_summary(tmp_path)["status"] == "failed"
+    assert_no_leftovers(str(tmp_path))
+
+
+def test_checkpoint_writes_are_atomic(tmp_path):
+    """Kill a process while it writes checkpoints with Lightning's writer (the one our runs use): the file on
+    disk is always a complete, loadable checkpoint."""
+    path = tmp_path / "last.ckpt"
+    writer = (
+        "import sys, torch\n"
+        "from lightning_fabric.utilities.cloud_io import _atomic_save\n"
+        "i = 0\n"
+        "while True:\n"
+        "    i += 1\n"
+        "    _atomic_save({'step': i, 'weights': torch.full((4_000_000,), float(i))}, sys.argv[1])\n"
+        "    print(i, flush=True)\n")
+    for delay in (0.9, 1.3, 1.7):
+        process = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip() == "1" or path.exists()
+        time.sleep(delay)  # mid-way through a later write
+        process.kill()
+        process.wait()
+        checkpoint = torch.load(path, weights_only=False)
+        assert (checkpoint["weights"] == checkpoint["step"]).all()
+    assert not [p for p in tmp_path.iterdir() if p.name != "last.ckpt" and p.stat().st_size > 10_000_000]
+
+
+# --- stopping ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_sigterm_stops_cleanly(tmp_path):
+    process = start_run(tmp_path, "game=cartpole", "max_frames=null", "wandb.mode=offline")
+    try:
+        summary_when(tmp_path, lambda s: s["updates"] > 10, 120)
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        process.wait(timeout=30)
+        assert_no_leftovers(str(tmp_path), timeout=max(0.5, 10 - (time.monotonic() - sent)))
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    summary = read_summary(tmp_path)
+    assert summary["status"] == "finished" and summary["stop_reason"] == "SIGTERM" and balanced(summary)
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert list((tmp_path / "wandb").glob("offline-run-*/*.wandb"))
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_exits_at_once_without_children(tmp_path):
+    process = start_run(tmp_path, "agents=4", "max_frames=null", "wandb.mode=disabled")
+    try:
+        summary_when(tmp_path, lambda s: s["frames"] > 0, 120)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+        assert_no_leftovers(str(tmp_path), timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode in (0, 130)  # 0 if the graceful stop finished before the second signal
+
+
+def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
+    """What Hydra's basic launcher does in a multirun: after each job, no child process, no extra thread,
+    no shared-memory segment, no open W&B run."""
+    import wandb
+
+    from ga3c.run import train
+
+    shm_before = set(os.listdir("/dev/shm"))
+    threads_before = threading.active_count()
+    for job in range(3):
+        cfg = compose_config("game=cartpole", "max_frames=3000", "log.progress=false", "wandb.mode=offline",
+                             f"seed={job}", output_dir=tmp_path / str(job))
+        summary = train(cfg)
+        assert summary["frames"] >= 3000
+        assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())
+        assert wait_until(lambda: threading.active_count() <= threads_before, 10), threading.enumerate()
+        assert set(os.listdir("/dev/shm")) <= shm_before
+        assert wandb.run is None
+    assert len({p.name for d in tmp_path.iterdir() for p in (d / "wandb").glob("offline-run-*")}) == 3
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+def corrupt_checkpoint(tmp_path: Path) -> str:
+    path = tmp_path / "corrupt.ckpt"
+    path.write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    return str(path)
+
+
+BAD_INPUTS = [  # (overrides, words the message must contain)
+    (["game=nosuch"], ["game/nosuch", "pong", "cartpole"]),
+    (["net=huge"], ["net/huge", "small", "large"]),
+    (["autotune=sometimes"], ["autotune/sometimes", "off"]),
+    (["algo=a4c"], ["algo/a4c", "ga3c", "a3c"]),
+    (["optimizer=sgd9"], ["optimizer/sgd9", "adam"]),
+    (["agents=0"], ["agents"]),
+    (["agents=-3"], ["agents"]),
+    (["agents=abc"], ["agents"]),
+    (["predictors=0"], ["predictors"]),
+    (["trainers=0"], ["trainers"]),
+    (["training_min_batch=-1"], ["training_min_batch"]),
+    (["training_min_batch=300", "training_max_batch=100"], ["training_min_batch", "training_max_batch"]),
+    (["prediction_max_batch=0"], ["prediction_max_batch"]),
+    (["learner.gamma=0"], ["learner.gamma"]),
+    (["learner.gamma=1.5"], ["learner.gamma"]),
+    (["t_max=0"], ["t_max"]),
+    (["learner.optimizer.lr=-1"], ["learner.optimizer.lr"]),
+    (["learner.beta=-0.1"], ["learner.beta"]),
+    (["max_frames=0"], ["max_frames"]),
+    (["wandb.mode=sometimes"], ["wandb.mode"]),
+    (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
+    (["ckpt_path=CORRUPT"], ["ckpt_path", "not a readable checkpoint"]),
+    (["hydra.run.dir=/etc/hostname/run"], ["output directory", "not a directory"]),
+    (["game.id=NoSuchGame-v9"], ["game.id", "NoSuchGame"]),
+    (["game=cartpole", "net=small"], ["net", "vector observations"]),
+    (["nosuchkey=1"], ["nosuchkey"]),
+]
+
+
+@pytest.mark.parametrize("overrides, words", BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_input_gets_a_clear_message(tmp_path, overrides, words):
+    overrides = [o.replace("CORRUPT", corrupt_checkpoint(tmp_path)) for o in overrides]
+    run_dir = tmp_path / "run"
+    command = train_command(run_dir, "wandb.mode=disabled", *overrides)
+    if any(o.startswith("hydra.run.dir=") for o in overrides):
+        command = [c for c in command if not c.startswith(f"hydra.run.dir={run_dir}")]
+    env = dict(os.environ, GA3C_TEST_MARKER=str(run_dir))
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for word in words:
+        assert word in output, f"{word!r} not in: {output[-2000:]}"
+    assert "Traceback" not in output, output[-3000:]
+    assert not processes_with(str(run_dir))
