@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from ga3c.config import ConfigError, check_output_dir, validate
@@ -201,7 +202,10 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     status = "failed"
     try:
         loader = DataLoader(ExperienceDataset(server), batch_size=None, num_workers=0)
-        trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
+        try:
+            trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
+        except SIGTERMException:  # Lightning's own SIGTERM handling; ours already asked for a graceful stop
+            server.request_stop("SIGTERM")
         if server.stop_reason is None:
             server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
         status = "failed" if server.error else "finished"

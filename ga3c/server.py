@@ -204,7 +204,15 @@ class Server:
     # --- supervision ---------------------------------------------------------------------------------
     def _watch(self) -> None:
         max_frames = self.cfg.max_frames
+        stall_seconds = float(self.cfg.get("stall_seconds") or 0)
+        last_produced, last_progress = self.produced_steps(), time.monotonic()
         while not self.stopping.wait(0.25):
+            produced = self.produced_steps()
+            if produced != last_produced:
+                last_produced, last_progress = produced, time.monotonic()
+            elif stall_seconds and time.monotonic() - last_progress > stall_seconds:
+                self.fail(f"no agent produced experience for {stall_seconds:.0f} s (stall_seconds): the run is stuck",
+                          TimeoutError("stalled"))
             with self._lock:
                 for index, handle in enumerate(self.agents):
                     if handle is not None and not handle.process.is_alive():

@@ -73,7 +73,8 @@ def test_killed_agent_is_replaced_and_training_continues(tmp_path):
     assert process.returncode == 0, output[-3000:]
     assert "died" in output and "starting a replacement" in output
     final = read_summary(tmp_path)
-    assert final["agent_restarts"] == 1 and final["stop_reason"] == "SIGTERM" and final["status"] == "finished"
+    assert final["agent_restarts"] == 1 and final["stop_reason"] == "SIGTERM", output[-3000:]
+    assert final["status"] == "finished", output[-5000:]
     assert final["updates"] > after["updates"] - 1
     assert balanced(final), final
     assert_no_leftovers(str(tmp_path))
@@ -190,12 +191,21 @@ def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
 
     shm_before = set(os.listdir("/dev/shm"))
     threads_before = threading.active_count()
+
+    def children():  # multiprocessing's resource tracker is one helper per Python process, not per job
+        return [p for p in descendants(os.getpid())
+                if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+
     for job in range(3):
         cfg = compose_config("game=cartpole", "max_frames=3000", "log.progress=false", "wandb.mode=offline",
                              f"seed={job}", output_dir=tmp_path / str(job))
         summary = train(cfg)
         assert summary["frames"] >= 3000
-        assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())
+        assert wait_until(lambda: not children(), 10), [Path(f"/proc/{p}/cmdline").read_bytes() for p in children()]
+        ours = lambda: [t for t in threading.enumerate() if t.name.startswith(("predictor", "trainer", "watchdog"))]  # noqa: E731
+        assert wait_until(lambda: not ours(), 10), ours()
+        if job == 0:  # libraries start a few process-wide helper threads once (OpenTelemetry exporters)
+            threads_before = max(threads_before, threading.active_count())
         assert wait_until(lambda: threading.active_count() <= threads_before, 10), threading.enumerate()
         assert set(os.listdir("/dev/shm")) <= shm_before
         assert wandb.run is None
