@@ -50,8 +50,8 @@ class Predictor(threading.Thread):
             buffers.answer_value[agents] = values.float().cpu().numpy()
             buffers.answer_version[agents] = server.learner.version
             self.compute_seconds += time.perf_counter() - compute_start
-            for agent in agents:
-                server.answer(int(agent))
+            for agent, generation in zip(agents, requests["generation"]):
+                server.answer(int(agent), int(generation))
             self.predictions += len(agents)
             self.batches += 1
             self.busy_seconds += time.perf_counter() - start

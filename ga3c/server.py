@@ -174,9 +174,10 @@ class Server:
                 del self._retiring[index]
 
     # --- the data path -------------------------------------------------------------------------------
-    def answer(self, index: int) -> None:
+    def answer(self, index: int, generation: int) -> None:
+        """Wake the agent that asked; a request of an agent replaced meanwhile is answered to nobody."""
         handle = self.agents[index]
-        if handle is not None:
+        if handle is not None and handle.generation == generation:
             self._write_answer(handle.answer_fd, ANSWER_READY)
 
     @staticmethod

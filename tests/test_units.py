@@ -174,7 +174,7 @@ class FakeServer:
         self.monitor = SimpleNamespace(record_episode=lambda score, length: self.episodes.append((score, length)))
         self.answered, self.errors = [], []
 
-    def answer(self, index):
+    def answer(self, index, generation):
         self.answered.append(index)
 
     def fail(self, message, error):
