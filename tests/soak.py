@@ -64,6 +64,8 @@ def main() -> None:
             sample = dict(minute=(time.monotonic() - start) / 60, pss_mib=pss_mib(pids), processes=len(pids),
                           fds=fds, shm=shm, agents=summary.get("agents"), predictors=summary.get("predictors"),
                           trainers=summary.get("trainers"), fps=summary.get("fps"))
+            if process.poll() is not None or not sample["pss_mib"]:
+                break  # the run ended while sampling: not a sample of a running run
             samples.append(sample)
             print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in sample.items()}), flush=True)
     except KeyboardInterrupt:
