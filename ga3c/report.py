@@ -190,6 +190,12 @@ def _legend(ax, colors: dict, seeds: dict[str, int], title: str | None) -> None:
         ax.legend(handles=handles, title=title, loc="best", frameon=True)
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def plot_scores(runs: list[Run], varied: list[str], out: Path) -> list[Path]:
     plt = _plt()
     labels = sorted({r.label for r in runs})
@@ -265,10 +271,7 @@ def plot_throughput(runs: list[Run], out: Path) -> Path:
     axes[0].invert_yaxis()
     fig.suptitle("Throughput per configuration (mean of the run's windows; bars: spread over runs)", fontsize=11)
     fig.tight_layout()
-    path = out / "throughput.png"
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "throughput.png")
 
 
 def plot_counts(runs: list[Run], out: Path) -> Path:
@@ -291,10 +294,7 @@ def plot_counts(runs: list[Run], out: Path) -> Path:
     axes[0].legend(loc="best")
     axes[-1].set_xlabel(xlabel)
     fig.tight_layout()
-    path = out / "autotune_counts.png"
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "autotune_counts.png")
 
 
 def plot_policy_lag(runs: list[Run], out: Path) -> Path:
@@ -322,10 +322,7 @@ def plot_policy_lag(runs: list[Run], out: Path) -> Path:
     right.legend(handles=[Line2D([], [], color=colors[label], marker="o", ls="", label=label) for label in labels],
                  loc="best")
     fig.tight_layout()
-    path = out / "policy_lag.png"
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "policy_lag.png")
 
 
 def like_for_like(runs: list[Run]) -> list[Run]:
@@ -373,10 +370,7 @@ def plot_ga3c_vs_a3c(runs: list[Run], out: Path) -> Path:
     right.set_ylabel("final score (mean of last 100 episodes)")
     right.set_title("Learning: final score, GA3C vs A3C")
     fig.tight_layout()
-    path = out / "ga3c_vs_a3c.png"
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "ga3c_vs_a3c.png")
 
 
 # --- the report ------------------------------------------------------------------------------------------
