@@ -399,6 +399,7 @@ class A3CRun:
             "prediction_queue_depth": 0, "training_queue_depth": 0, "batch_queue_depth": 0,
             # GA3C's thread shares do not exist here: agents do everything themselves (see a3c_*_share)
             "predictor_busy_share": 0.0, "predictor_compute_share": 0.0, "trainer_busy_share": 0.0,
+            "learner_busy_share": 0.0,
             "agents": self.agents, "predictors": 0, "trainers": 0,
             "seconds_to_stop_score": self.seconds_to_stop_score,
             "lr": float(self.optimizer.param_groups[0]["lr"]),

@@ -263,7 +263,7 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-WINDOW_MEANS = ("pps", "predictor_busy_share", "predictor_compute_share", "trainer_busy_share",
+WINDOW_MEANS = ("pps", "predictor_busy_share", "predictor_compute_share", "trainer_busy_share", "learner_busy_share",
                 "prediction_batch_mean", "training_batch_mean", "prediction_queue_depth", "training_queue_depth",
                 "batch_queue_depth", "policy_lag_mean", "a3c_env_share", "a3c_forward_share", "a3c_train_share",
                 "a3c_sync_share")
@@ -386,6 +386,8 @@ def markdown(results: dict, meta: dict) -> str:
             f"learner when the batch queue is full); mean training batch {fmt(g.get('training_batch_mean'), 1)}, "
             f"batch queue depth {fmt(g.get('batch_queue_depth'), 1)} (full = the learner is the bottleneck, "
             "empty = the agents are)",
+            f"- learner: {fmt(g.get('learner_busy_share'), percent=True)} in optimiser steps (near 100 % = the "
+            "learner is the bottleneck; on a CPU it shares the cores with agents and predictors)",
             f"- CPU: the run used {fmt(g.get('cpu_util'), percent=True)} of the machine's cores; the machine as a "
             f"whole was {fmt(g.get('machine_cpu_busy'), percent=True)} busy; GPU: {fmt(g.get('gpu_util'), percent=True)}",
             f"- policy lag: {fmt(g.get('policy_lag_mean'), 1)} updates", ""]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 import pytorch_lightning as pl
@@ -75,6 +76,8 @@ class Learner(pl.LightningModule):
         self.reduction, self.grad_clip = reduction, grad_clip
         self.counters = counters         # the run's counters (the run saves them in checkpoints)
         self.version = 0
+        self.busy_seconds = 0.0   # time inside training steps (the rest the learner waits for batches)
+        self._step_start = 0.0
         self.last_metrics: dict[str, torch.Tensor] = {}
 
     def forward(self, obs: torch.Tensor):
@@ -101,7 +104,11 @@ class Learner(pl.LightningModule):
                                      "the last checkpoint is intact")
         self.last_metrics["grad_norm"] = norm.detach()
 
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        self._step_start = time.perf_counter()
+
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.busy_seconds += time.perf_counter() - self._step_start
         self.version = self.global_step
         if self.counters is not None:
             self.counters.add(trained_steps=len(batch["actions"]))

@@ -92,7 +92,8 @@ class Monitor(pl.Callback):
                     updates=server.learner.version, trained=server.counters["trained_steps"],
                     predictor_busy=sum(p.busy_seconds for p in server.all_predictors),
                     predictor_compute=sum(p.compute_seconds for p in server.all_predictors),
-                    trainer_busy=sum(t.busy_seconds for t in server.all_trainers))
+                    trainer_busy=sum(t.busy_seconds for t in server.all_trainers),
+                    learner_busy=server.learner.busy_seconds)
 
     def tick(self, force: bool = False) -> dict | None:
         """Report if a window has passed (called from the learner loop, also while it waits for data)."""
@@ -137,6 +138,7 @@ class Monitor(pl.Callback):
             "predictor_busy_share": rate("predictor_busy") / max(len(server.predictors), 1),
             "predictor_compute_share": rate("predictor_compute") / max(len(server.predictors), 1),
             "trainer_busy_share": rate("trainer_busy") / max(len(server.trainers), 1),
+            "learner_busy_share": rate("learner_busy"),  # 1 = the optimiser is the bottleneck
             "agents": server.counts[0], "predictors": server.counts[1], "trainers": server.counts[2],
             "seconds_to_stop_score": self.seconds_to_stop_score,
             "lr": self._learning_rate(),

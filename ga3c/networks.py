@@ -7,8 +7,18 @@ import torch
 from torch import nn
 
 
+class InputScaledConv2d(nn.Conv2d):
+    """A conv on uint8 pixels that acts as if they were scaled to [0, 1]: the 1/255 is folded into the
+    (small) kernel instead of dividing every input element, which cost as much as the conv itself on CPU."""
+
+    input_scale = 1.0 / 255.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, self.weight * self.input_scale, self.bias)
+
+
 class ConvActorCritic(nn.Module):
-    """Conv torso on stacked uint8 frames (scaled to [0, 1] here), one hidden layer, two heads."""
+    """Conv torso on stacked uint8 frames (scaled to [0, 1] in the first conv), one hidden layer, two heads."""
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, channels: Sequence[int],
                  kernels: Sequence[int], strides: Sequence[int], hidden: int):
@@ -18,7 +28,7 @@ class ConvActorCritic(nn.Module):
                              "use net=mlp for vector observations")
         layers, in_ch = [], obs_shape[0]
         for out_ch, k, s in zip(channels, kernels, strides):
-            layers += [nn.Conv2d(in_ch, out_ch, k, s), nn.ReLU()]
+            layers += [(InputScaledConv2d if not layers else nn.Conv2d)(in_ch, out_ch, k, s), nn.ReLU()]
             in_ch = out_ch
         self.torso = nn.Sequential(*layers, nn.Flatten())
         with torch.no_grad():
@@ -26,11 +36,12 @@ class ConvActorCritic(nn.Module):
         self.hidden = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, num_actions)
         self.value = nn.Linear(hidden, 1)
-        # channels-last convolutions train 2-3x faster on CPU (oneDNN) and suit cuDNN too
-        self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = (obs.float() / 255.0).contiguous(memory_format=torch.channels_last)
+        # Measured on CPU (oneDNN, 1 thread): channels-last input trains ~10 % faster at batch 64, while
+        # small inference batches run ~30 % faster in the default layout. Predictors run without grad.
+        layout = torch.channels_last if torch.is_grad_enabled() else torch.contiguous_format
+        x = obs.to(torch.float32, memory_format=layout)
         x = self.hidden(self.torso(x))
         return self.policy(x), self.value(x).squeeze(-1)
 

@@ -23,7 +23,7 @@ from ga3c.networks import ConvActorCritic, MLPActorCritic
 SUMMARY_KEYS = {"frames", "episodes", "updates", "wall_seconds", "fps", "pps", "tps", "samples_per_s",
                 "score_mean_100", "episode_length_mean_100", "prediction_batch_mean", "training_batch_mean",
                 "prediction_queue_depth", "training_queue_depth", "batch_queue_depth", "predictor_busy_share",
-                "predictor_compute_share", "trainer_busy_share", "agents", "predictors", "trainers", "lr",
+                "predictor_compute_share", "trainer_busy_share", "learner_busy_share", "agents", "predictors", "trainers", "lr",
                 "produced_steps", "rollouts", "trained_steps", "discarded_steps", "agent_restarts",
                 "policy_lag_mean", "in_flight_steps", "status", "stop_reason", "fps_run_mean",
                 "samples_per_s_run_mean", "loss/loss", "loss/policy_loss", "loss/value_loss", "loss/entropy"}
