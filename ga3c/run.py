@@ -1,6 +1,7 @@
 """One training run from a composed config: build the pieces, fit, and always tear down cleanly."""
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -77,6 +78,16 @@ def load_checkpoint_state(path: str) -> dict:
         if key.startswith("RunState"):
             return state
     return {}
+
+
+def bound_malloc_arenas(arenas: int = 2) -> None:
+    """glibc gives each thread that allocates its own malloc arena (up to 8 per core) and keeps freed memory in
+    every one; with predictor and trainer threads coming and going under the auto-tuner, the learner's resident
+    memory crept up by ~13 % over a 30-minute soak. A fixed, small number of arenas bounds that."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, arenas)  # -8 = M_ARENA_MAX
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to bound
+        pass
 
 
 def make_logger(cfg: DictConfig, output_dir: Path, wandb_id: str | None):
@@ -160,6 +171,7 @@ def train(cfg: DictConfig) -> dict:
 def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     output_dir = Path(cfg.output_dir)
     check_output_dir(output_dir)
+    bound_malloc_arenas()
     resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}
     wandb_id = cfg.wandb.id or resumed.get("wandb_id")
     if cfg.wandb.mode != "disabled" and wandb_id is None:

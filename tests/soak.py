@@ -34,6 +34,19 @@ def pss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+def role(pid: int, learner: int) -> str:
+    """learner (the train.py process), agent (a child of the forkserver), or other (the forkserver itself,
+    the W&B service)."""
+    if pid == learner:
+        return "learner"
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent_cmdline = Path(f"/proc/{ppid}/cmdline").read_bytes()
+    except (OSError, IndexError, ValueError):
+        return "other"
+    return "agent" if b"forkserver" in parent_cmdline else "other"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30)
@@ -61,7 +74,12 @@ def main() -> None:
                 break
             shm = len([n for n in os.listdir("/dev/shm") if n.startswith("psm_")])
             summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+            by_role: dict[str, list[int]] = {"learner": [], "agent": [], "other": []}
+            for pid in pids:
+                by_role[role(pid, process.pid)].append(pid)
             sample = dict(minute=(time.monotonic() - start) / 60, pss_mib=pss_mib(pids), processes=len(pids),
+                          learner_mib=pss_mib(by_role["learner"]), agents_mib=pss_mib(by_role["agent"]),
+                          other_mib=pss_mib(by_role["other"]),
                           fds=fds, shm=shm, agents=summary.get("agents"), predictors=summary.get("predictors"),
                           trainers=summary.get("trainers"), fps=summary.get("fps"))
             if process.poll() is not None or not sample["pss_mib"]:
@@ -81,6 +99,9 @@ def main() -> None:
     print(f"PSS after warm-up: first {first['pss_mib']:.0f} MiB (NA={first['agents']}), last {last['pss_mib']:.0f} MiB "
           f"(NA={last['agents']}), peak {peak:.0f} MiB; same-NA first->last {same[0]['pss_mib']:.0f} -> "
           f"{same[-1]['pss_mib']:.0f} MiB ({(same[-1]['pss_mib'] / same[0]['pss_mib'] - 1) * 100:+.1f} %)")
+    print(f"by process, same-NA first->last: learner {same[0]['learner_mib']:.0f} -> {same[-1]['learner_mib']:.0f} MiB, "
+          f"agents {same[0]['agents_mib']:.0f} -> {same[-1]['agents_mib']:.0f} MiB, other (forkserver, W&B service) "
+          f"{same[0]['other_mib']:.0f} -> {same[-1]['other_mib']:.0f} MiB")
     print(f"open fds of the learner process: first {first['fds']}, last {last['fds']}; /dev/shm segments: "
           f"first {first['shm']}, last {last['shm']}")
     counts = sorted({(s['agents'], s['predictors'], s['trainers']) for s in samples if s['agents']})
