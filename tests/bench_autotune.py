@@ -47,11 +47,12 @@ def run(cmd: list[str], log: Path) -> int:
 
 
 def grid(a) -> None:
-    out = Path(a.out) / "grid"
+    out = Path(a.out) / (a.name or "grid")
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "train.py", "-m", *COMMON, f"agents={a.agents}", f"predictors={a.predictors}",
            f"trainers={a.trainers}", f"trainer.max_time=00:00:{a.seconds // 60:02d}:{a.seconds % 60:02d}",
-           f"log.every_seconds={a.every}", f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${hydra.job.num}"]
+           f"log.every_seconds={a.every}", f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${hydra.job.num}",
+           *a.overrides]
     run(cmd, out / "sweep.log")
 
 
@@ -68,7 +69,7 @@ def tune(a) -> None:
 def report(a) -> None:
     out = Path(a.out)
     fixed = []
-    for d in sorted((out / "grid").glob("*/"), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+    for d in sorted(out.glob("grid*/*/"), key=lambda p: (p.parent.name, int(p.name) if p.name.isdigit() else -1)):
         if (d / "metrics.jsonl").exists():
             fixed.append(steady(d, a.warmup))
     fixed.sort(key=lambda s: -s["samples_per_s"])
@@ -140,8 +141,10 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grid")
     g.add_argument("--agents", default="8,16,32")
+    g.add_argument("--name", default=None, help="grid folder (default grid); several grid* folders are pooled")
     g.add_argument("--predictors", default="1,2")
     g.add_argument("--trainers", default="1,2")
+    g.add_argument("overrides", nargs="*")
     t = sub.add_parser("tune")
     t.add_argument("--policy", default="compass")
     t.add_argument("--start", default="2,1,1")

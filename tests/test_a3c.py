@@ -116,11 +116,11 @@ def test_a3c_config_composes():
 # --- end to end ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a3c_learns_cartpole(tmp_path):
-    """Rolling-100 >= 475 on CartPole with the game's preset (8 agents, Adam 1e-3, t_max 16): the run stops
+    """Rolling-100 >= 475 on CartPole with the game's preset at 8 agents (Adam 1e-3, t_max 16): the run stops
     itself at the score. Bound: 4 minutes of training (about a minute on an idle 2-core machine)."""
     run_dir = tmp_path / "a3c"
     started = time.monotonic()
-    run_train(run_dir, "algo=a3c", "game=cartpole", "++stop_score=475", "trainer.max_time=00:00:04:00",
+    run_train(run_dir, "algo=a3c", "game=cartpole", "agents=8", "++stop_score=475", "trainer.max_time=00:00:04:00",
               "wandb.mode=offline", timeout=420)
     summary = read_summary(run_dir)
     print(f"A3C CartPole: {summary['score_mean_100']:.1f} after {summary['wall_seconds']:.0f} s, "
