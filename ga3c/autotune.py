@@ -161,7 +161,7 @@ class CompassParams:
     prior_weight: float = 4.0      # ... worth this many degrees of freedom against the pooled estimate
     max_repeats: int = 4           # windows a candidate is measured at most; then the point estimate decides
     memory: int = 12               # measurements older than this many windows are forgotten (drift)
-    agent_ratios: tuple = (2.0, 1.41)   # multiplicative agent steps, coarse to fine (each at least +-1)
+    agent_ratios: tuple = (2.0, 1.41)   # multiplicative steps of every count, coarse to fine (each at least +-1)
     shift_threshold: float = 0.12  # settled: re-probe when the recent mean moves this much (relative) ...
     shift_windows: int = 3         # ... over this many windows ...
     shift_z: float = 3.0           # ... and this many standard errors (tested every window: few false alarms)
@@ -185,11 +185,11 @@ class _Stats:
 class CompassPolicy:
     """Noise-aware compass search over (N_A, N_P, N_T).
 
-    * Search. From the kept setting (the incumbent) it polls neighbours one at a time: agents times or
-      divided by a ratio (2, then 1.41; each at least +-1), predictors and trainers +-1. After a kept move it
-      first tries another step the same way (pattern move). The first neighbour that is better with confidence
-      becomes the incumbent; when none is, the agent ratio shrinks (only the new agent moves are tried); when
-      none is at the finest ratio, the search has converged.
+    * Search. From the kept setting (the incumbent) it polls neighbours one at a time: each count times or
+      divided by a ratio (agents 2, then 1.41; predictors and trainers 2, then +-1; each at least +-1). After a kept move it first tries another step the
+      same way (pattern move). The first neighbour that is better with confidence becomes the incumbent; when
+      none is, the ratio shrinks (only the new moves are tried); when none is at the finest ratio, the search
+      has converged.
     * Noise. Every comparison is of log-throughput means over the recent windows (`memory`) of the two
       settings, with a standard error from a pooled estimate of the relative noise of one window (repeated
       windows of a setting, the spread of the monitor windows inside each window, and `noise_prior`). A move
@@ -272,14 +272,17 @@ class CompassPolicy:
 
     # --- the search ---
     def _neighbours(self) -> list[tuple[tuple[int, int], Counts]]:
-        a, p, t = self.incumbent
         ratio = self.p.agent_ratios[self.level]
-        moves = [((0, +1), Counts(max(a + 1, round(a * ratio)), p, t)),
-                 ((0, -1), Counts(min(a - 1, round(a / ratio)), p, t)),
-                 ((1, +1), Counts(a, p + 1, t)), ((1, -1), Counts(a, p - 1, t)),
-                 ((2, +1), Counts(a, p, t + 1)), ((2, -1), Counts(a, p, t - 1))]
+        # Predictors and trainers move by the coarse ratio too, then by +-1: from 4 predictors, 2 is one step,
+        # not two +-1 steps of a few per cent each that noise hides (seen live on Pong from 64/4/4).
+        moves = []
+        for i, n in enumerate(self.incumbent):
+            r = ratio if i == 0 or self.level == 0 else 1.0
+            up, down = list(self.incumbent), list(self.incumbent)
+            up[i], down[i] = max(n + 1, round(n * r)), min(n - 1, round(n / r))
+            moves += [((i, +1), Counts(*up)), ((i, -1), Counts(*down))]
         # every neighbour polled at this incumbent was rejected (or kept: then the incumbent changed), so at a
-        # finer agent ratio only the new agent moves are tried
+        # finer ratio only the new moves are tried
         if self.direction is not None:   # pattern: first try the way that just worked
             moves.sort(key=lambda m: m[0] != self.direction)
         out = []
@@ -337,7 +340,7 @@ class CompassPolicy:
             self.samples = {self.incumbent: self.samples.get(self.incumbent, [])[-1:]}
             self.window_noise = [n for n in self.window_noise if n[0] >= self.window]
         self.phase, self.baseline, self.direction = "search", None, None
-        self.level = min(1, len(self.p.agent_ratios) - 1)
+        self.level = 0
         self.rejected = set()
         self._new_poll()
         return why
