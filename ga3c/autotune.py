@@ -487,7 +487,7 @@ class AutoTuner(_Callback):
 
     def __init__(self, policy, server, monitor, run_state, objective: str = "tps", lag_penalty: float = 0.0,
                  wait_seconds: float = 10.0, period_seconds: float = 20.0, settle_seconds: float = 0.0,
-                 settle_seconds_per_new_agent: float = 0.0, output_dir=None):
+                 output_dir=None):
         import threading
         from pathlib import Path
 
@@ -496,7 +496,6 @@ class AutoTuner(_Callback):
         self.policy, self.server, self.monitor, self.run_state = policy, server, monitor, run_state
         self.objective, self.lag_penalty = objective, float(lag_penalty)
         self.wait, self.period, self.settle = float(wait_seconds), float(period_seconds), float(settle_seconds)
-        self.settle_per_new_agent = float(settle_seconds_per_new_agent)
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.decisions: list[Decision] = []
         self._lock = threading.Lock()
@@ -567,14 +566,10 @@ class AutoTuner(_Callback):
                 var, dof = sum((x - mean) ** 2 for x in subs) / (len(subs) - 1) / len(subs), len(subs) - 1
             decision = self.policy.update(value, var, dof)
             self.decisions.append(decision)
-            agents_before = self.server.num_agents
             changed = self._apply(decision.next)
             self._record(decision, rates, lag, dt, m)
-            # New agents take a while to start on a busy machine (env and ROM load); a window that measures
-            # them starting reads far too low and inflates the noise estimate of every later comparison.
-            settle = self.settle + self.settle_per_new_agent * max(0, self.server.num_agents - agents_before)
-            if changed and settle > 0:
-                self._mark, self._measure_from = None, now + settle
+            if changed and self.settle > 0:
+                self._mark, self._measure_from = None, now + self.settle
             else:
                 self._mark = self._mark_of(m)
 
@@ -643,5 +638,4 @@ def make_autotuner(cfg, server, monitor, run_state) -> AutoTuner:
     return AutoTuner(policy, server, monitor, run_state, objective=str(at.objective),
                      lag_penalty=float(at.get("lag_penalty", 0.0) or 0.0), wait_seconds=float(at.wait_seconds),
                      period_seconds=float(at.period_seconds), settle_seconds=float(at.get("settle_seconds", 0.0)),
-                     settle_seconds_per_new_agent=float(at.get("settle_seconds_per_new_agent", 0.0)),
                      output_dir=cfg.output_dir)
