@@ -187,9 +187,9 @@ class CompassPolicy:
 
     * Search. From the kept setting (the incumbent) it polls neighbours one at a time: each count times or
       divided by a ratio (agents 2, then 1.41; predictors and trainers 2, then +-1; each at least +-1). After
-      a kept move it first tries another step the same way (pattern move). The first neighbour that is better with confidence becomes the incumbent; when
-      none is, the ratio shrinks (only the new moves are tried); when none is at the finest ratio, the search
-      has converged.
+      a kept move it first tries another step the same way (pattern move). The first neighbour that is
+      better with confidence becomes the incumbent; when none is, the ratio shrinks (only the new moves are
+      tried); when none is at the finest ratio, the search has converged.
     * Noise. Every comparison is of log-throughput means over the recent windows (`memory`) of the two
       settings, with a standard error from a pooled estimate of the relative noise of one window (repeated
       windows of a setting, the spread of the monitor windows inside each window, and `noise_prior`). A move
