@@ -62,6 +62,23 @@ def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
     return dict(loss=loss, policy_loss=policy_loss, entropy=entropy, value_loss=value_loss)
 
 
+AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
+
+
+def resolve_precision(precision, model: nn.Module, accelerator: str = "auto") -> str:
+    """trainer.precision as Lightning takes it. `auto` is bf16-mixed for conv nets where bf16 is native
+    (batched conv passes gain 1.2-1.7x on an AVX512-BF16 CPU), else 32-true (MLPs lose in bf16)."""
+    if str(precision) != "auto":
+        return str(precision)
+    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    use_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    if use_cuda:
+        native_bf16 = torch.cuda.is_bf16_supported()
+    else:
+        native_bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return "bf16-mixed" if has_conv and native_bf16 else "32-true"
+
+
 class Learner(pl.LightningModule):
     """A3C loss, one optimizer step per assembled batch. `version` (updates done) tags each prediction so
     the policy lag of every trained sample is known."""
@@ -79,6 +96,7 @@ class Learner(pl.LightningModule):
         self.busy_seconds = 0.0   # time inside training steps (the rest the learner waits for batches)
         self._step_start = 0.0
         self.last_metrics: dict[str, torch.Tensor] = {}
+        self.autocast_dtype: torch.dtype | None = None  # predictors run under the trainer's mixed precision
 
     def forward(self, obs: torch.Tensor):
         return self.model(obs)

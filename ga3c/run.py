@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from ga3c.config import ConfigError, check_output_dir, validate
 from ga3c.env import env_spec
-from ga3c.learner import Learner
+from ga3c.learner import AUTOCAST_DTYPES, Learner, resolve_precision
 from ga3c.networks import build_network
 from ga3c.monitor import Counters, Monitor
 from ga3c.server import Server, stop_forkserver
@@ -209,6 +209,10 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
         callbacks.append(make_autotuner(cfg, server, monitor, run_state))
     logger = make_logger(cfg, output_dir, wandb_id)
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_kwargs["precision"] = resolve_precision(trainer_kwargs.get("precision", "auto"), model,
+                                                    str(trainer_kwargs.get("accelerator", "auto")))
+    learner.autocast_dtype = AUTOCAST_DTYPES.get(trainer_kwargs["precision"])
+    log.info("precision: %s", trainer_kwargs["precision"])
     trainer = pl.Trainer(**trainer_kwargs | dict(logger=logger), max_epochs=-1, callbacks=callbacks,
                          default_root_dir=str(output_dir), num_sanity_val_steps=0, log_every_n_steps=1_000_000)
     status = "failed"
