@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ga3c.agent import discounted_returns, run_agent
-from ga3c.learner import RMSpropTF, a3c_loss
+from ga3c.learner import AUTOCAST_DTYPES, RMSpropTF, a3c_loss, resolve_precision
 from ga3c.monitor import Counters
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.predictor import Predictor
@@ -168,7 +168,8 @@ class FakeServer:
         self.prediction_queue, self.training_queue = RecordPipe(PREDICTION_REQUEST), RecordPipe(ROLLOUT)
         self.batch_queue = queue.Queue(maxsize=100)
         self.generations = np.zeros(agents, np.uint16)
-        self.learner = SimpleNamespace(model=MLPActorCritic(obs, 3, [16]), device=torch.device("cpu"), version=7)
+        self.learner = SimpleNamespace(model=MLPActorCritic(obs, 3, [16]), device=torch.device("cpu"), version=7,
+                                       autocast_dtype=None)
         self.counters = Counters()
         self.episodes = []
         self.monitor = SimpleNamespace(record_episode=lambda score, length: self.episodes.append((score, length)))
@@ -199,6 +200,57 @@ def test_predictor_batches_all_waiting_requests_in_one_forward_pass():
     assert sorted(server.answered) == [0, 1, 2, 3, 4]
     assert (server.buffers.answer_version[:5] == 7).all()
     assert set(server.buffers.answer_action[:5]) <= {0, 1, 2}
+
+
+def test_predictor_acts_with_a_bf16_copy_refreshed_per_learner_update():
+    server = FakeServer()
+    server.learner.model = ConvActorCritic((4, 84, 84), 3, [16, 32], [8, 4], [4, 2], 64)
+    server.learner.autocast_dtype = torch.bfloat16
+    predictor = Predictor(server, 0, max_batch=128)
+    model, version = predictor.acting_model()
+    assert version == 7 and next(model.parameters()).dtype == torch.bfloat16
+    obs = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
+    with torch.inference_mode():
+        low_logits, low_values = model(obs)
+        logits, values = server.learner.model(obs)
+    assert torch.allclose(low_logits.float(), logits, atol=0.05) and torch.allclose(low_values.float(), values, atol=0.05)
+
+    with torch.no_grad():  # a learner update: the copy follows at the next version, not before
+        for p in server.learner.model.parameters():
+            p.add_(0.5)
+    assert predictor.acting_model()[0] is model and not torch.equal(
+        model.value.bias.float(), server.learner.model.value.bias.to(torch.bfloat16).float())
+    server.learner.version = 8
+    model, version = predictor.acting_model()
+    assert version == 8
+    assert torch.equal(model.value.bias, server.learner.model.value.bias.to(torch.bfloat16))
+
+
+def test_precision_auto_picks_bf16_only_for_conv_nets_on_native_bf16_hardware():
+    conv = ConvActorCritic((4, 84, 84), 3, [16, 32], [8, 4], [4, 2], 64)
+    native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_precision("auto", conv, "cpu") == ("bf16-mixed" if native else "32-true")
+    assert resolve_precision("auto", MLPActorCritic((4,), 2, [16]), "cpu") == "32-true"
+    assert resolve_precision("32-true", conv, "cpu") == "32-true"
+    assert AUTOCAST_DTYPES.get("bf16-mixed") == torch.bfloat16 and AUTOCAST_DTYPES.get("32-true") is None
+
+
+def test_bf16_mixed_a3c_gradients_agree_with_fp32():
+    torch.manual_seed(0)
+    model = ConvActorCritic((4, 84, 84), 6, [16, 32], [8, 4], [4, 2], 256)
+    obs = torch.randint(0, 255, (64, 4, 84, 84), dtype=torch.uint8)
+    actions, returns = torch.randint(0, 6, (64,)), torch.randn(64)
+
+    def gradient(autocast: bool) -> torch.Tensor:
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits, values = model(obs)
+            loss = a3c_loss(logits, values, actions, returns, 0.01, 1e-6, 0.5, "sum")["loss"]
+        loss.backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    full, mixed = gradient(False), gradient(True)
+    assert torch.nn.functional.cosine_similarity(full, mixed, dim=0) > 0.99
 
 
 def test_predictor_respects_max_batch():
