@@ -159,6 +159,12 @@ class CompassParams:
     min_gain: float = 0.02         # a move must gain at least this (relative) to be worth keeping
     noise_prior: float = 0.05      # prior relative noise of one window's measurement ...
     prior_weight: float = 4.0      # ... worth this many degrees of freedom against the pooled estimate
+    outlier_clip: float = 0.15     # a deviation (log) counts at most this much in the noise estimate: one window
+                                   # measured while agents start (live: 705 against ~1,400) must not inflate the
+                                   # noise, and so stall every decision, for the whole memory
+    transient_sd: float = 0.3      # a window whose monitor windows spread more than this (s.d. of their mean
+                                   # log; live: < 0.14 normally, 0.75-1.2 while agents start) is a transient: it
+                                   # is not counted and the setting is measured once more
     max_repeats: int = 4           # windows a candidate is measured at most; then the point estimate decides
     memory: int = 12               # measurements older than this many windows are forgotten (drift)
     agent_ratios: tuple = (2.0, 1.41)   # multiplicative steps of every count, coarse to fine (each at least +-1)
@@ -192,7 +198,8 @@ class CompassPolicy:
       tried); when none is at the finest ratio, the search has converged.
     * Noise. Every comparison is of log-throughput means over the recent windows (`memory`) of the two
       settings, with a standard error from a pooled estimate of the relative noise of one window (repeated
-      windows of a setting, the spread of the monitor windows inside each window, and `noise_prior`). A move
+      windows of a setting, the spread of the monitor windows inside each window, and `noise_prior`; each
+      deviation clipped at `outlier_clip`, so one transient window cannot stall later decisions). A move
       is kept when its gain exceeds both `min_gain` and `z` standard errors; rejected when even its optimistic
       gain (`+ z_reject` s.e.) stays below `min_gain`; otherwise the candidate and the incumbent are measured
       again alternately (so slow drift cancels), at most `max_repeats` windows for the candidate, then the
@@ -226,6 +233,7 @@ class CompassPolicy:
         self.settled_at = 0
         self.reprobe_interval = self.p.reprobe_every
         self.reprobe_origin: Counts | None = None   # the setting a scheduled re-probe started from
+        self.remeasuring = False             # the last window was a transient, not counted
         self._new_poll()
 
     # --- statistics ---
@@ -243,15 +251,16 @@ class CompassPolicy:
 
     def noise(self) -> float:
         """Relative noise (std of log-throughput) of one window, pooled over settings, with a prior."""
+        clip = self.p.outlier_clip ** 2
         ss, dof = self.p.prior_weight * self.p.noise_prior ** 2, self.p.prior_weight
         for _, var, n in self.window_noise:   # within-window spreads, as measured by the adapter
-            ss += var * n
+            ss += min(var, clip) * n
             dof += n
         for c in self.samples:
             values = self._recent(c)
             if len(values) >= 2:
                 mean = sum(values) / len(values)
-                ss += sum((v - mean) ** 2 for v in values)
+                ss += sum(min((v - mean) ** 2, clip) for v in values)
                 dof += len(values) - 1
         return math.sqrt(ss / dof)
 
@@ -350,6 +359,14 @@ class CompassPolicy:
         degrees of freedom), if known, estimates the variance of its log from within the window (e.g. the
         spread of its sub-windows): it joins the pooled noise estimate."""
         measured, before = self.current, self.incumbent
+        if var is not None and dof > 0 and math.isfinite(var) and var > self.p.transient_sd ** 2 \
+                and not self.remeasuring:
+            self.remeasuring = True   # once: a setting that is erratic every time is judged on its values
+            decision = Decision(self.window, measured, value, before, self.incumbent, self.current, "measure",
+                                f"transient window (spread {math.sqrt(var):.0%}): not counted, measured again")
+            self.window += 1
+            return decision
+        self.remeasuring = False
         # a stalled window (0/s) is very bad, not infinitely bad: floor it at 1 % of the best seen so far, so one
         # such window cannot blow up the noise estimate
         self.peak = max(self.peak, value)
@@ -423,7 +440,8 @@ class CompassPolicy:
                     window_noise=[list(n) for n in self.window_noise], peak=self.peak,
                     phase=self.phase, baseline=self.baseline, baseline_n=self.baseline_n,
                     settled_at=self.settled_at, reprobe_interval=self.reprobe_interval,
-                    reprobe_origin=None if self.reprobe_origin is None else list(self.reprobe_origin))
+                    reprobe_origin=None if self.reprobe_origin is None else list(self.reprobe_origin),
+                    remeasuring=self.remeasuring)
 
     def load_state_dict(self, state: dict) -> None:
         self.incumbent, self.current = _counts(state["incumbent"]), _counts(state["current"])
@@ -439,6 +457,7 @@ class CompassPolicy:
         self.baseline_n, self.settled_at = int(state["baseline_n"]), int(state["settled_at"])
         self.reprobe_interval = int(state["reprobe_interval"])
         self.reprobe_origin = _counts(state["reprobe_origin"])
+        self.remeasuring = bool(state.get("remeasuring", False))
 
 
 POLICIES = {"ga3c": GA3CPolicy, "compass": CompassPolicy}
