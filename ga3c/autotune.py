@@ -165,7 +165,8 @@ class CompassParams:
     transient_sd: float = 0.3      # a window whose monitor windows spread more than this (s.d. of their mean
                                    # log; live: < 0.14 normally, 0.75-1.2 while agents start) is a transient: it
                                    # is not counted and the setting is measured once more
-    max_repeats: int = 4           # windows a candidate is measured at most; then the point estimate decides
+    max_repeats: int = 3           # windows a candidate is measured at most; then the point estimate decides
+                                   # (still undecided by then: the two are close, so either choice costs little)
     memory: int = 12               # measurements older than this many windows are forgotten (drift)
     agent_ratios: tuple = (2.0, 1.41)   # multiplicative steps of every count, coarse to fine (each at least +-1)
     shift_threshold: float = 0.12  # settled: re-probe when the recent mean moves this much (relative) ...
@@ -502,7 +503,7 @@ class _Mark:
 class AutoTuner(_Callback):
     """Runs a policy on the live server. Measurement windows are made of the monitor's windows
     (log.every_seconds each): after `wait_seconds`, each lasts at least `period_seconds`; after a change of
-    counts the first `settle_seconds` are not measured (agents start, queues refill)."""
+    counts that adds agents the first `settle_seconds` are not measured (agent processes start, queues refill)."""
 
     def __init__(self, policy, server, monitor, run_state, objective: str = "tps", lag_penalty: float = 0.0,
                  wait_seconds: float = 10.0, period_seconds: float = 20.0, settle_seconds: float = 0.0,
@@ -587,7 +588,9 @@ class AutoTuner(_Callback):
             self.decisions.append(decision)
             changed = self._apply(decision.next)
             self._record(decision, rates, lag, dt, m)
-            if changed and self.settle > 0:
+            # only new agents need time (processes and envs start, their first rollouts fill); threads start
+            # at once and removed agents are gone at once, so those windows start now
+            if changed and self.settle > 0 and decision.next.agents > decision.measured.agents:
                 self._mark, self._measure_from = None, now + self.settle
             else:
                 self._mark = self._mark_of(m)

@@ -310,10 +310,14 @@ def test_autotuner_adapter_measures_windows_applies_and_records(tmp_path):
             listener(m)
     decisions = tuner.decisions
     assert len(decisions) >= 6
-    # the first window starts after the wait, lasts the period; after each change 1 s is not measured
+    # the first window starts after the wait, lasts the period; after a change that adds agents 1 s is not
+    # measured, after any other change the next window starts at once
     rows = [json.loads(line) for line in (tmp_path / "autotune.jsonl").read_text().splitlines()]
     assert len(rows) == len(decisions)
     assert rows[0]["wall_seconds"] == 7.0 and all(r["seconds"] == 3.0 for r in rows)   # started at 4 s
+    gaps = {row["wall_seconds"] - before["wall_seconds"] - 3.0: before["next"][0] > before["measured"][0]
+            for before, row in zip(rows, rows[1:])}
+    assert gaps == {1.0: True, 0.0: False}
     for d in decisions:
         assert d.value == pytest.approx(100 * d.measured.agents)   # measured with the counts in force
     assert [tuple(c) for c in server.calls] == [tuple(d.next) for d in decisions if d.next != d.measured]
