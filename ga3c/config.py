@@ -11,6 +11,9 @@ class ConfigError(ValueError):
     """A config value is invalid. The message names the key and what is allowed."""
 
 
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "32", "bf16", "16", "64-true", "64")
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -52,6 +55,8 @@ def validate(cfg: DictConfig) -> None:
                  f"max_frames must be a positive integer or null, got {cfg.max_frames!r}")
     if cfg.stop_score is not None:
         number("stop_score")
+    precision = str(cfg.trainer.get("precision", "auto"))
+    _require(precision in PRECISIONS, f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     _require(cfg.wandb.mode in ("online", "offline", "disabled"),
              f"wandb.mode must be one of online, offline, disabled; got {cfg.wandb.mode!r}")
     _require(number("log.every_seconds") > 0, f"log.every_seconds must be > 0, got {cfg.log.every_seconds}")

@@ -238,6 +238,7 @@ BAD_INPUTS = [  # (overrides, words the message must contain)
     (["t_max=0"], ["t_max"]),
     (["learner.optimizer.lr=-1"], ["learner.optimizer.lr"]),
     (["learner.beta=-0.1"], ["learner.beta"]),
+    (["trainer.precision=bf17"], ["trainer.precision", "bf16-mixed", "auto"]),
     (["max_frames=0"], ["max_frames"]),
     (["wandb.mode=sometimes"], ["wandb.mode"]),
     (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
