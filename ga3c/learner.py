@@ -96,7 +96,7 @@ class Learner(pl.LightningModule):
         self.busy_seconds = 0.0   # time inside training steps (the rest the learner waits for batches)
         self._step_start = 0.0
         self.last_metrics: dict[str, torch.Tensor] = {}
-        self.autocast_dtype: torch.dtype | None = None  # predictors run under the trainer's mixed precision
+        self.autocast_dtype: torch.dtype | None = None  # mixed precision's dtype: predictors act with a copy in it
 
     def forward(self, obs: torch.Tensor):
         return self.model(obs)
