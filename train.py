@@ -9,6 +9,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+import ga3c  # noqa: F401  light (no torch): registers the ${machine:...} resolver conf/config.yaml uses
+
 log = logging.getLogger("ga3c")
 
 

@@ -9,3 +9,4 @@ Data flow, one file per role:
 
 This package must stay importable without torch: agent processes import it.
 """
+from ga3c import config as _config  # noqa: E402,F401  registers the ${machine:...} resolver of conf/config.yaml

@@ -60,14 +60,14 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
     rng = np.random.default_rng(seed)
     num_actions = int(env.action_space.n)
 
-    def predict(slot: int, step: int) -> tuple[int, float, int]:
+    def predict(slot: int, step: int) -> tuple[int, float, int, float]:
         request["slot"], request["step"] = slot, step
         os.write(prediction_fd, request.tobytes())
         answer = os.read(answer_fd, 1)
         if answer != ANSWER_READY:  # stop byte, or b"" when the server died
             raise AgentStopped
         return (int(buffers.answer_action[index]), float(buffers.answer_value[index]),
-                int(buffers.answer_version[index]))
+                int(buffers.answer_version[index]), float(buffers.answer_logp[index]))
 
     def claim(slot: int) -> None:
         """Wait until trainers have copied this slot out (back-pressure when the learner falls behind)."""
@@ -80,9 +80,16 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
             time.sleep(pause)
             pause = min(pause * 2, 0.005)
 
-    def ship(slot: int, length: int, bootstrap: float, episode_done: bool, score: float, steps: int) -> None:
+    def ship(slot: int, length: int, bootstrap: float, episode_done: bool, score: float, steps: int,
+             terminal: bool = False) -> None:
+        """`terminal`: the last step ended the episode (or a life): nothing is bootstrapped past it."""
         buffers.returns[index, slot, :length] = discounted_returns(rewards[:length], bootstrap, gamma,
                                                                    values[:length], gae_lambda)
+        buffers.rewards[index, slot, :length] = rewards[:length]
+        buffers.discounts[index, slot, :length] = gamma
+        if terminal:
+            buffers.discounts[index, slot, length - 1] = 0.0
+        buffers.bootstrap[index, slot] = bootstrap
         buffers.slot_busy[index, slot] = 1
         buffers.shipped_steps[index] += length
         record["slot"], record["length"] = slot, length
@@ -99,7 +106,7 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
             if random_actions:
                 action = int(rng.integers(num_actions))
             else:
-                action, value, version = predict(slot, step)
+                action, value, version, log_prob = predict(slot, step)
                 if step == t_max:  # full rollout: the state just predicted is its bootstrap
                     ship(slot, step, value, False, 0.0, 0)
                     previous, slot, step = slot, (slot + 1) % slots, 0
@@ -107,6 +114,7 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                     buffers.obs[index, slot, 0] = buffers.obs[index, previous, t_max]
                 buffers.actions[index, slot, step] = action
                 buffers.versions[index, slot, step] = version
+                buffers.behaviour_logp[index, slot, step] = log_prob
                 values[step] = value
             obs, reward, terminated, truncated, info = env.step(action)
             buffers.produced_steps[index] += 1
@@ -122,10 +130,10 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                 continue
             buffers.obs[index, slot, step] = obs
             if episode_over or info.get("life_lost"):
-                bootstrap = 0.0
-                if truncated and not terminated:  # time limit: the future still had value
-                    _, bootstrap, _ = predict(slot, step)
-                ship(slot, step, bootstrap, episode_over, score, episode_steps)
+                bootstrap, terminal = 0.0, not (truncated and not terminated)
+                if not terminal:  # time limit: the future still had value
+                    _, bootstrap, _, _ = predict(slot, step)
+                ship(slot, step, bootstrap, episode_over, score, episode_steps, terminal=terminal)
                 if episode_over:
                     obs, _ = env.reset()
                     score, episode_steps = 0.0, 0

@@ -46,13 +46,19 @@ class RMSpropTF(torch.optim.Optimizer):
 
 
 def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-             beta: float, log_epsilon: float, value_coef: float, reduction: str) -> dict[str, torch.Tensor]:
+             beta: float, log_epsilon: float, value_coef: float, reduction: str,
+             advantages: torch.Tensor | None = None, normalize_advantage: bool = False) -> dict[str, torch.Tensor]:
     """Policy gradient with the advantage R - V(s) (V not differentiated there), entropy bonus beta * H(pi),
-    squared value error. log(pi + epsilon) keeps a stale policy's near-zero probabilities finite."""
+    squared value error. log(pi + epsilon) keeps a stale policy's near-zero probabilities finite.
+    `advantages` replaces R - V(s) where a correction computed its own (V-trace's rho_t (r + gamma v_{t+1} - V));
+    `normalize_advantage` scales them to zero mean, unit deviation over the batch (PPO's habit)."""
     probs = torch.softmax(logits.float(), dim=-1)
     log_probs = torch.log(probs + log_epsilon)
     chosen_log_prob = log_probs.gather(1, actions.long().unsqueeze(1)).squeeze(1)
-    advantage = returns - values.detach()
+    values = values.float()
+    advantage = returns - values.detach() if advantages is None else advantages
+    if normalize_advantage and len(advantage) > 1:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
     policy_loss = -chosen_log_prob * advantage
     entropy = -(probs * log_probs).sum(dim=1)
     value_loss = (returns - values) ** 2
@@ -60,6 +66,46 @@ def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
     policy_loss, entropy, value_loss = reduce(policy_loss), reduce(entropy), reduce(value_loss)
     loss = policy_loss - beta * entropy + value_coef * value_loss
     return dict(loss=loss, policy_loss=policy_loss, entropy=entropy, value_loss=value_loss)
+
+
+@torch.no_grad()
+def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor,
+                   discounts: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor, rollout: torch.Tensor,
+                   step: torch.Tensor, lengths: torch.Tensor, rho_bar: float = 1.0, c_bar: float = 1.0,
+                   lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V-trace (Espeholt et al. 2018, eq. 1) for a batch of rollouts laid out flat, sample i being step
+    `step[i]` of rollout `rollout[i]`; rollout r has `lengths[r]` steps and `bootstrap[r]` = V(x_n) after them.
+    discounts[i] is gamma, or 0 where the step ended the episode.
+
+        vs_t - V(x_t) = delta_t + gamma_t c_t (vs_{t+1} - V(x_{t+1})),  delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t))
+        policy advantage_t = rho_t (r_t + gamma_t vs_{t+1} - V(x_t)),   vs_n = V(x_n)
+
+    with rho_t = min(rho_bar, pi/mu) and c_t = lam * min(c_bar, pi/mu). Returns (vs, advantages, rho) flat.
+    Hand-written: no library we depend on has it, and the rollouts here come ragged (episode ends)."""
+    num_rollouts, horizon = len(lengths), int(lengths.max()) if len(lengths) else 0
+    ratio = torch.exp(target_logp.float() - behaviour_logp.float())
+    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
+
+    def padded(flat: torch.Tensor, width: int = horizon) -> torch.Tensor:
+        out = torch.zeros(num_rollouts, width, dtype=torch.float32, device=flat.device)
+        out[rollout, step] = flat.float()
+        return out
+
+    # values_ext[r, t] = V(x_t) for t < n_r and V(x_n) at t = n_r: the "next value" of every step is one right.
+    values_ext = padded(values, horizon + 1)
+    values_ext[torch.arange(num_rollouts, device=lengths.device), lengths] = bootstrap.float()
+    mask = padded(torch.ones_like(rewards))
+    rho_p, c_p, rewards_p, discounts_p = padded(rho), padded(c), padded(rewards), padded(discounts)
+    deltas = mask * rho_p * (rewards_p + discounts_p * values_ext[:, 1:] - values_ext[:, :-1])
+    corrections = torch.zeros(num_rollouts, horizon + 1, device=values.device)  # vs - V; 0 at t = n
+    for t in range(horizon - 1, -1, -1):
+        corrections[:, t] = deltas[:, t] + mask[:, t] * discounts_p[:, t] * c_p[:, t] * corrections[:, t + 1]
+    vs_ext = values_ext + corrections
+    advantages = rho_p * (rewards_p + discounts_p * vs_ext[:, 1:] - values_ext[:, :-1])
+    return vs_ext[rollout, step], advantages[rollout, step], rho
+
+
+CORRECTIONS = ("none", "vtrace")
 
 
 AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
@@ -85,8 +131,12 @@ class Learner(pl.LightningModule):
 
     def __init__(self, model: nn.Module, optimizer: Callable, gamma: float = 0.99, beta: float = 0.01,
                  log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
-                 grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None):
+                 grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",
+                 rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
+                 normalize_advantage: bool = False):
         super().__init__()
+        self.correction, self.rho_bar, self.c_bar, self.gae_lambda = correction, rho_bar, c_bar, gae_lambda
+        self.normalize_advantage = normalize_advantage
         self.model = model
         self.optimizer_factory = optimizer
         self.beta, self.log_epsilon, self.value_coef = beta, log_epsilon, value_coef
@@ -103,14 +153,23 @@ class Learner(pl.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits, values = self.model(batch["obs"])
-        parts = a3c_loss(logits, values, batch["actions"], batch["returns"], self.beta, self.log_epsilon,
-                         self.value_coef, self.reduction)
+        returns, advantages, extra = batch["returns"], None, {}
+        if self.correction == "vtrace":  # targets from the current policy and values, not the acted ones
+            target_logp = torch.log_softmax(logits.float().detach(), -1).gather(
+                1, batch["actions"].long().unsqueeze(1)).squeeze(1)
+            returns, advantages, rho = vtrace_targets(
+                batch["behaviour_logp"], target_logp, batch["rewards"], batch["discounts"], values.detach(),
+                batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
+                self.gae_lambda)
+            extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
+        parts = a3c_loss(logits, values, batch["actions"], returns, self.beta, self.log_epsilon,
+                         self.value_coef, self.reduction, advantages, self.normalize_advantage)
         if not torch.isfinite(parts["loss"]):
             raise FloatingPointError(f"loss is {parts['loss'].item()} at update {self.version}: training stopped "
                                      "(lower the learning rate or enable learner.grad_clip); the last "
                                      "checkpoint is intact")
         lag = (self.version - batch["versions"]).float().mean()
-        self.last_metrics = {k: v.detach() for k, v in parts.items()} | {"policy_lag": lag.detach(),
+        self.last_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {"policy_lag": lag.detach(),
                                                                          "batch_size": len(batch["actions"])}
         return parts["loss"]
 

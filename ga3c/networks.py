@@ -17,12 +17,26 @@ class InputScaledConv2d(nn.Conv2d):
         return self._conv_forward(x, self.weight * self.input_scale, self.bias)
 
 
+def orthogonal_init(model: nn.Module) -> None:
+    """The A2C/PPO initialisation: orthogonal weights with ReLU gain, zero biases, a policy head of gain 0.01
+    (a near-uniform first policy, so early gradients are not spent undoing a random preference) and a
+    value head of gain 1."""
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            nn.init.orthogonal_(module.weight, nn.init.calculate_gain("relu"))
+            nn.init.zeros_(module.bias)
+    nn.init.orthogonal_(model.policy.weight, 0.01)
+    nn.init.orthogonal_(model.value.weight, 1.0)
+
+
 class ConvActorCritic(nn.Module):
     """Conv torso on stacked uint8 frames (scaled to [0, 1] in the first conv), one hidden layer, two heads."""
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, channels: Sequence[int],
-                 kernels: Sequence[int], strides: Sequence[int], hidden: int):
+                 kernels: Sequence[int], strides: Sequence[int], hidden: int, init: str = "orthogonal"):
         super().__init__()
+        if init not in ("orthogonal", "torch"):
+            raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
         if len(obs_shape) != 3:
             raise ValueError(f"a conv net needs image observations (C, H, W), got shape {tuple(obs_shape)}; "
                              "use net=mlp for vector observations")
@@ -36,6 +50,9 @@ class ConvActorCritic(nn.Module):
         self.hidden = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, num_actions)
         self.value = nn.Linear(hidden, 1)
+        if init == "orthogonal":
+            orthogonal_init(self)
+
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Measured on CPU (oneDNN, 1 thread): channels-last input trains ~10 % faster at batch 64, while
@@ -49,8 +66,10 @@ class ConvActorCritic(nn.Module):
 class MLPActorCritic(nn.Module):
     """Separate tanh MLPs for policy and value: the usual choice for classic control."""
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden: Sequence[int]):
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden: Sequence[int], init: str = "orthogonal"):
         super().__init__()
+        if init not in ("orthogonal", "torch"):
+            raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
         if len(obs_shape) != 1:
             raise ValueError(f"an MLP needs vector observations, got shape {tuple(obs_shape)}; "
                              "use net=small or net=large for images")
@@ -61,8 +80,9 @@ class MLPActorCritic(nn.Module):
                 layers += [nn.Linear(size, h), nn.Tanh()]
                 size = h
             head = nn.Linear(size, out)
-            nn.init.orthogonal_(head.weight, gain)
-            nn.init.zeros_(head.bias)
+            if init == "orthogonal":
+                nn.init.orthogonal_(head.weight, gain)
+                nn.init.zeros_(head.bias)
             return nn.Sequential(*layers, head)
 
         self.policy = mlp(num_actions, 0.01)   # near-uniform initial policy

@@ -69,8 +69,12 @@ class Predictor(threading.Thread):
             device = server.learner.device
             with torch.inference_mode():
                 logits, values = model(obs.to(device, non_blocking=True))
-                actions = torch.multinomial(torch.softmax(logits.float(), -1), 1).squeeze(1)
+                log_probs = torch.log_softmax(logits.float(), -1)
+                actions = torch.multinomial(log_probs.exp(), 1)
+                chosen_log_probs = log_probs.gather(1, actions).squeeze(1)
+                actions = actions.squeeze(1)
             buffers.answer_action[agents] = actions.cpu().numpy()
+            buffers.answer_logp[agents] = chosen_log_probs.cpu().numpy()
             buffers.answer_value[agents] = values.float().cpu().numpy()
             buffers.answer_version[agents] = version
             self.compute_seconds += time.perf_counter() - compute_start

@@ -187,7 +187,8 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     lc = cfg.learner
     learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
                       value_coef=lc.value_coef, reduction=lc.reduction, grad_clip=lc.grad_clip,
-                      reward_clip=lc.reward_clip, counters=counters)
+                      reward_clip=lc.reward_clip, counters=counters, correction=lc.correction, rho_bar=lc.rho_bar,
+                      c_bar=lc.c_bar, gae_lambda=lc.gae_lambda, normalize_advantage=lc.normalize_advantage)
     max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, max_agents)
     signals.attach(server)

@@ -82,11 +82,16 @@ class SharedBuffers:
         layout = [
             ("obs", (a, s, t + 1, *spec["obs_shape"]), spec["obs_dtype"]),
             ("actions", (a, s, t), np.int32),
-            ("returns", (a, s, t), np.float32),
+            ("returns", (a, s, t), np.float32),     # n-step (or lambda-) returns, for learner.correction=none
+            ("rewards", (a, s, t), np.float32),     # clipped rewards, for V-trace
+            ("discounts", (a, s, t), np.float32),   # gamma, or 0 where the step ended the episode (or a life)
+            ("behaviour_logp", (a, s, t), np.float32),  # log pi_behaviour(a_t | x_t) the action was drawn with
+            ("bootstrap", (a, s), np.float32),      # V(x_n) of the state after a rollout's last step (acted)
             ("versions", (a, s, t), np.int32),      # model version each action was predicted with
             ("slot_busy", (a, s), np.uint8),         # 1 from shipping until a trainer copied the slot out
             ("answer_action", (a,), np.int32),
             ("answer_value", (a,), np.float32),
+            ("answer_logp", (a,), np.float32),
             ("answer_version", (a,), np.int32),
             ("stop", (a,), np.uint8),                # the server asks agent a to finish
             ("produced_steps", (a,), np.int64),      # env steps taken (counted by the agent)

@@ -29,14 +29,22 @@ class TrainerThread(threading.Thread):
             self.error = error
             self.server.fail(f"{self.name} raised {error!r}", error)
 
+    # Per-sample fields copied from an agent's rollout slot; V-trace also needs each sample's place in its
+    # rollout (`rollout`, `step`) and, per rollout, its length and the value of the state after it.
+    STEP_FIELDS = ("obs", "actions", "returns", "versions", "rewards", "discounts", "behaviour_logp")
+    ROLLOUT_FIELDS = ("bootstrap", "lengths")
+
     def _new_batch(self) -> dict[str, np.ndarray]:
         b, spec = self.max_batch + self.server.buffers.spec["t_max"], self.server.buffers.spec
         return dict(obs=np.empty((b, *spec["obs_shape"]), spec["obs_dtype"]), actions=np.empty(b, np.int64),
-                    returns=np.empty(b, np.float32), versions=np.empty(b, np.int64))
+                    returns=np.empty(b, np.float32), versions=np.empty(b, np.int64),
+                    rewards=np.empty(b, np.float32), discounts=np.empty(b, np.float32),
+                    behaviour_logp=np.empty(b, np.float32), rollout=np.empty(b, np.int64),
+                    step=np.empty(b, np.int64), bootstrap=np.empty(b, np.float32), lengths=np.empty(b, np.int64))
 
     def _loop(self) -> None:
         server, buffers = self.server, self.server.buffers
-        batch, size = self._new_batch(), 0
+        batch, size, rollouts = self._new_batch(), 0, 0
         while not self.stopping.is_set():
             # Take only what this batch still needs, so other trainers get the rest.
             wanted = max(1, (self.min_batch - size + buffers.spec["t_max"] - 1) // buffers.spec["t_max"])
@@ -47,17 +55,21 @@ class TrainerThread(threading.Thread):
                 if record["generation"] != server.generations[agent]:
                     server.counters.add(discarded_steps=n)  # its agent died; the slot may be reused already
                     continue
-                batch["obs"][size:size + n] = buffers.obs[agent, slot, :n]
-                batch["actions"][size:size + n] = buffers.actions[agent, slot, :n]
-                batch["returns"][size:size + n] = buffers.returns[agent, slot, :n]
-                batch["versions"][size:size + n] = buffers.versions[agent, slot, :n]
+                for field in self.STEP_FIELDS:
+                    batch[field][size:size + n] = getattr(buffers, field)[agent, slot, :n]
+                batch["bootstrap"][rollouts] = buffers.bootstrap[agent, slot]
                 buffers.slot_busy[agent, slot] = 0
+                batch["rollout"][size:size + n] = rollouts
+                batch["step"][size:size + n] = np.arange(n)
+                batch["lengths"][rollouts] = n
                 size += n
+                rollouts += 1
                 server.counters.add(rollouts=1)
                 if record["episode_done"]:
                     server.monitor.record_episode(float(record["episode_score"]), int(record["episode_length"]))
             if size >= self.min_batch:
-                ready = {k: torch.from_numpy(v[:size]) for k, v in batch.items()}
+                ready = {k: torch.from_numpy(v[:rollouts if k in self.ROLLOUT_FIELDS else size])
+                         for k, v in batch.items()}
                 self.busy_seconds += time.perf_counter() - start
                 while not self.stopping.is_set():
                     try:
@@ -68,7 +80,7 @@ class TrainerThread(threading.Thread):
                 else:  # stopped with a batch in hand: it never reaches the learner
                     server.counters.add(discarded_steps=size)
                     return
-                batch, size = self._new_batch(), 0
+                batch, size, rollouts = self._new_batch(), 0, 0
             else:
                 self.busy_seconds += time.perf_counter() - start
         server.counters.add(discarded_steps=size)

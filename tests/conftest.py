@@ -13,6 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+import ga3c  # noqa: F401  registers the ${machine:...} resolver conf/config.yaml uses
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 GAMES = sorted(p.stem for p in (CONF / "game").glob("*.yaml"))

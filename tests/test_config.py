@@ -31,8 +31,7 @@ def test_cartpole_picks_the_mlp_and_its_own_hyperparameters():
     assert cfg.net._target_.endswith("MLPActorCritic") and cfg.learner.optimizer._target_ == "torch.optim.Adam"
     pong = compose_config()
     assert pong.game.id == "ALE/Pong-v5" and pong.net._target_.endswith("ConvActorCritic")
-    assert pong.learner.optimizer._target_ == "ga3c.learner.RMSpropTF" and pong.learner.optimizer.lr == 3e-4
-    assert (pong.agents, pong.predictors, pong.trainers, pong.t_max) == (32, 2, 2, 5)  # the paper's
+    assert pong.net.init == "orthogonal"
 
 
 def test_any_gymnasium_id_works_with_one_override():
@@ -60,3 +59,29 @@ def test_the_large_net_is_substantially_larger():
 def test_invalid_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         validate(compose_config(override))
+
+
+def test_experiment_paper_composes_to_the_papers_values():
+    for game in ("pong", "boxing", "cartpole"):
+        cfg = compose_config("experiment=paper", f"game={game}")
+        validate(cfg)
+        assert (cfg.agents, cfg.predictors, cfg.trainers, cfg.t_max) == (32, 2, 2, 5)
+        assert cfg.training_min_batch == 0 and cfg.prediction_max_batch == 128
+        opt = cfg.learner.optimizer
+        assert opt._target_ == "ga3c.learner.RMSpropTF"
+        assert (opt.lr, opt.alpha, opt.eps, opt.momentum) == (3e-4, 0.99, 0.1, 0.0)
+        lc = cfg.learner
+        assert (lc.gamma, lc.gae_lambda, lc.beta, lc.log_epsilon, lc.reduction) == (0.99, 1.0, 0.01, 1e-6, "sum")
+        assert (lc.grad_clip, lc.reward_clip, lc.correction, lc.normalize_advantage) == (0.0, 1.0, "none", False)
+        assert cfg.net.init == "torch"
+
+
+def test_counts_follow_the_machine():
+    from ga3c.config import machine_counts
+
+    assert machine_counts(2, gpu=False) == dict(agents=16, predictors=1, trainers=2, training_min_batch=128)
+    assert machine_counts(16, gpu=True) == dict(agents=64, predictors=2, trainers=2, training_min_batch=32)
+    assert machine_counts(4, gpu=True)["agents"] == 32  # the paper's counts on a small GPU machine
+    cfg = compose_config()
+    assert isinstance(cfg.agents, int) and cfg.agents >= 8 and cfg.predictors >= 1
+    assert compose_config("agents=5").agents == 5
