@@ -9,7 +9,7 @@ actions, no network), A3C (`algo=a3c`) and GA3C (`algo=ga3c`). The bench polls e
 measures its rates over the window after the warm-up (cumulative counters, not one window), samples the
 CPU time of the arm's process tree, the machine's CPU and the GPU, and writes into its output directory:
 bench.md (the table, ratios and where the time goes), bench.png (bar chart), bench.json; the same figures
-go to W&B (job_type=bench). `algo=ceiling` also works on its own: `python train.py algo=ceiling`.
+go to W&B (job_type=bench). `algo=ceiling` (ga3c/ceiling.py) also works on its own: `python train.py algo=ceiling`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -36,75 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 ARM_ALGOS = {"ceiling": "ceiling", "a3c": "a3c", "ga3c": "ga3c"}
 LABELS = {"ceiling": "env-only ceiling", "a3c": "A3C (CPU)", "ga3c": "GA3C"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# --- the env-only ceiling: `algo=ceiling` ----------------------------------------------------------------
-def train_ceiling(cfg: DictConfig) -> dict:
-    """GA3C's agent processes stepping random actions (no network, no shipping): the frames/s ceiling of
-    the envs and processes alone. Same outputs as a GA3C run (summary.json, W&B), no checkpoint."""
-    import torch
-    from hydra.utils import instantiate
-
-    from ga3c.config import check_output_dir
-    from ga3c.env import env_spec
-    from ga3c.learner import Learner
-    from ga3c.monitor import Counters, Monitor
-    from ga3c.run import finish_wandb, make_logger
-    from ga3c.server import Server, stop_forkserver
-    from ga3c.a3c import parse_max_time
-
-    output_dir = Path(cfg.output_dir)
-    check_output_dir(output_dir)
-    torch.set_num_threads(cfg.torch_threads)
-    obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
-    model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)  # never used: no predictions
-    counters = Counters()
-    learner = Learner(model, instantiate(cfg.learner.optimizer), counters=counters)
-    server = Server(cfg, learner, counters, obs_shape, obs_dtype, cfg.agents, random_actions=True)
-    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
-    server.monitor = monitor
-    wandb_id = cfg.wandb.id
-    if cfg.wandb.mode != "disabled" and wandb_id is None:
-        import secrets
-
-        wandb_id = secrets.token_hex(4)
-    logger = make_logger(cfg, output_dir, wandb_id)
-    if logger:
-        logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
-    max_time = parse_max_time(cfg.trainer.get("max_time"))
-    status, received = "failed", []
-
-    def on_signal(signum, frame):  # first: graceful stop; second: kill the agents and exit
-        received.append(signum)
-        if len(received) == 1:
-            server.request_stop(signal.Signals(signum).name)
-            return
-        for handle in server.agents:
-            if handle is not None and handle.process.is_alive():
-                handle.process.kill()
-        stop_forkserver()
-        os._exit(128 + signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
-        server.start()
-        while not server.stopping.wait(0.2):
-            if max_time is not None and monitor.wall_seconds() >= max_time:
-                server.request_stop("trainer.max_time")
-        status = "failed" if server.error else "finished"
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        server.shutdown()
-        metrics = monitor.tick(force=True) or monitor.latest
-        monitor.write_summary(metrics, status=status)
-        finish_wandb()
-        server.close()
-        stop_forkserver()
-    if server.error is not None:
-        raise server.error
-    return metrics
 
 
 # --- measuring an arm ------------------------------------------------------------------------------------
@@ -433,7 +363,7 @@ def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) 
         return
     import wandb
 
-    from ga3c.run import finish_wandb
+    from ga3c.runtime import finish_wandb
 
     w = cfg.wandb
     run = wandb.init(project=w.project, entity=w.entity, group=w.group or f"bench-{meta['game']}", job_type="bench",

@@ -15,9 +15,10 @@ from hydra.utils import instantiate
 
 from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
                       wait_until)
-from ga3c.a3c import lightning_checkpoint, parse_max_time, share_optimizer_state
+from ga3c.a3c_shared import lightning_checkpoint, share_optimizer_state
 from ga3c.learner import Learner, RMSpropTF
 from ga3c.networks import ConvActorCritic, MLPActorCritic
+from ga3c.runtime import parse_max_time
 
 # What every run writes in summary.json, GA3C or A3C (ga3c.monitor.Monitor._metrics and write_summary).
 SUMMARY_KEYS = {"frames", "episodes", "updates", "wall_seconds", "fps", "pps", "tps", "samples_per_s",

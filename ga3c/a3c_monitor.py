@@ -1,0 +1,147 @@
+"""What an A3C run measures and writes, as GA3C's Monitor does: GA3C's counters and summary keys (predictors =
+trainers = 0; pps = the agents' forward passes/s), summary.json, metrics.jsonl, W&B, the progress line; the rolling
+scores and the time to stop_score."""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ga3c.a3c_worker import LOSSES, AgentProcesses, L
+from ga3c.monitor import write_json_atomic
+
+
+class A3CMonitor:
+    """Rates over windows of the agents' shared statistics, counters that continue a resumed run's, the
+    outputs. The run sets `start()` when the agents are ready and `finished` once they stopped."""
+
+    def __init__(self, cfg: DictConfig, output_dir: Path, agents: AgentProcesses, optimizer: torch.optim.Optimizer,
+                 run_state: dict, base_updates: int, frame_skip: int):
+        self.cfg, self.output_dir, self.agents, self.optimizer = cfg, output_dir, agents, optimizer
+        # counters of the runs before a resume (GA3C's Counters fields)
+        self.base = collections.Counter({k: int(v) for k, v in run_state.get("counters", {}).items()})
+        self.base_updates = base_updates
+        self.wall_offset = float(run_state.get("wall_seconds", 0.0))
+        self.frame_skip = frame_skip
+        self.scores = collections.deque(maxlen=int(cfg.log.score_window))
+        self.lengths = collections.deque(maxlen=int(cfg.log.score_window))
+        self.stop_score = cfg.get("stop_score")
+        self.seconds_to_stop_score: float | None = None
+        self.finished = False  # once the agents stopped, produced but untrained steps count as discarded
+        self.wandb_run = None
+        self.start()
+
+    # --- the clock and the windows ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the clock (the run's wall time continues a resumed run's) and the first window."""
+        self.start_time = self.last_time = time.monotonic()
+        self.first = self.last = self.agents.snapshot()
+
+    def wall_seconds(self) -> float:
+        return self.wall_offset + time.monotonic() - self.start_time
+
+    def window(self, snap: dict, now: float) -> dict:
+        """The metrics of the window that ends now; the next one starts."""
+        m = self.metrics(snap, self.last, max(now - self.last_time, 1e-9))
+        self.last, self.last_time = snap, now
+        return m
+
+    def episode(self, score: float, length: int) -> bool:
+        """Count a finished episode; True when the rolling mean has just reached stop_score."""
+        self.scores.append(score)
+        self.lengths.append(length)
+        if (self.stop_score is not None and self.seconds_to_stop_score is None
+                and len(self.scores) == self.scores.maxlen
+                and sum(self.scores) / len(self.scores) >= self.stop_score):
+            self.seconds_to_stop_score = self.wall_seconds()
+            return True
+        return False
+
+    # --- measuring -------------------------------------------------------------------------------------
+    def updates(self, snap: dict) -> int:
+        """Shared-model updates, runs before a resume included."""
+        return self.base_updates + int(snap["updates"])
+
+    def counters(self, snap: dict) -> dict:
+        """GA3C's Counters fields, runs before a resume included."""
+        produced, trained = int(snap["produced_steps"]), int(snap["trained_steps"])
+        return dict(frames=self.base["frames"] + produced * self.frame_skip,
+                    produced_steps=self.base["produced_steps"] + produced,
+                    episodes=self.base["episodes"] + int(snap["episodes"]),
+                    rollouts=self.base["rollouts"] + int(snap["updates"]),
+                    trained_steps=self.base["trained_steps"] + trained,
+                    discarded_steps=self.base["discarded_steps"] + (produced - trained if self.finished else 0),
+                    agent_restarts=self.base["agent_restarts"] + self.agents.restarts)
+
+    def metrics(self, snap: dict, last: dict, dt: float) -> dict:
+        counters = self.counters(snap)
+        rate = lambda key: (snap[key] - last[key]) / dt  # noqa: E731
+        updates = snap["updates"] - last["updates"]
+        agents = self.agents.count
+        busy = {k: rate(f"{k}_seconds") / agents for k in ("env", "forward", "train", "sync")}
+        losses = self.agents.losses
+        live_losses = losses[~torch.isnan(losses[:, 0])]
+        loss_means = live_losses.mean(0).tolist() if len(live_losses) else [math.nan] * len(LOSSES)
+        m = {
+            "frames": counters["frames"], "episodes": counters["episodes"],
+            "updates": self.updates(snap), "wall_seconds": self.wall_seconds(),
+            "fps": rate("produced_steps") * self.frame_skip, "pps": rate("forwards"), "tps": rate("updates"),
+            "samples_per_s": rate("trained_steps"),
+            "score_mean_100": sum(self.scores) / len(self.scores) if self.scores else math.nan,
+            "episode_length_mean_100": sum(self.lengths) / len(self.lengths) if self.lengths else math.nan,
+            "prediction_batch_mean": 1.0,  # A3C acts one state at a time
+            "training_batch_mean": (snap["trained_steps"] - last["trained_steps"]) / updates if updates else 0.0,
+            "prediction_queue_depth": 0, "training_queue_depth": 0, "batch_queue_depth": 0,
+            # GA3C's thread shares do not exist here: agents do everything themselves (see a3c_*_share)
+            "predictor_busy_share": 0.0, "predictor_compute_share": 0.0, "trainer_busy_share": 0.0,
+            "learner_busy_share": 0.0,
+            "agents": agents, "predictors": 0, "trainers": 0,
+            "seconds_to_stop_score": self.seconds_to_stop_score,
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            **counters,
+            "loss/loss": loss_means[L["loss"]], "loss/policy_loss": loss_means[L["policy_loss"]],
+            "loss/value_loss": loss_means[L["value_loss"]], "loss/entropy": loss_means[L["entropy"]],
+            "batch_size": loss_means[L["batch_size"]], "grad_norm": loss_means[L["grad_norm"]],
+            "policy_lag_mean": (snap["lag_sum"] - last["lag_sum"]) / updates if updates else math.nan,
+            # where an A3C agent's time goes (share of wall time, mean over agents)
+            "a3c_env_share": busy["env"], "a3c_forward_share": busy["forward"],
+            "a3c_train_share": busy["train"], "a3c_sync_share": busy["sync"],
+        }
+        m["in_flight_steps"] = m["produced_steps"] - m["trained_steps"] - m["discarded_steps"]
+        return m
+
+    # --- outputs ---------------------------------------------------------------------------------------
+    def write_summary(self, m: dict, stop_reason: str | None, status: str = "running") -> None:
+        elapsed = max(m["wall_seconds"] - self.wall_offset, 1e-9)
+        first = self.counters(self.first)
+        summary = dict(m, status=status, stop_reason=stop_reason, algo="a3c",
+                       fps_run_mean=(m["frames"] - first["frames"]) / elapsed,
+                       samples_per_s_run_mean=(m["trained_steps"] - first["trained_steps"]) / elapsed)
+        write_json_atomic(self.output_dir / "summary.json", summary)
+
+    def publish(self, m: dict, stop_reason: str | None) -> None:
+        self.write_summary(m, stop_reason)
+        with open(self.output_dir / "metrics.jsonl", "a") as history:  # one line per window, as GA3C's
+            history.write(json.dumps(m, default=float) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in m.items() if isinstance(v, (int, float)) and v is not None
+                                and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
+        if self.cfg.log.progress:
+            print(f"[a3c] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
+                  f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
+                  f"NA {m['agents']} | lag {m['policy_lag_mean']:.1f}", flush=True)
+
+    def init_wandb(self, wandb_id: str | None) -> None:
+        if self.cfg.wandb.mode == "disabled":
+            return
+        import wandb
+
+        w = self.cfg.wandb
+        self.wandb_run = wandb.init(project=w.project, entity=w.entity, group=w.group, tags=list(w.tags) or None,
+                                    name=w.name, id=wandb_id, resume="allow", mode=w.mode,
+                                    dir=str(self.output_dir), config=OmegaConf.to_container(self.cfg, resolve=True))

@@ -1,0 +1,139 @@
+"""GA3C's run (`algo=ga3c`): build the server, the learner and Lightning's trainer from a composed config, fit,
+and always tear down cleanly."""
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+from torch.utils.data import DataLoader
+
+from ga3c.config import check_output_dir
+from ga3c.learner import AUTOCAST_DTYPES, Learner, resolve_precision
+from ga3c.monitor import Counters, Monitor
+from ga3c.networks import build_network
+from ga3c.runtime import (RunFailed, StopSignals, bound_malloc_arenas, finish_wandb, game_spec,
+                          load_checkpoint_state, make_logger, wandb_run_id)
+from ga3c.server import Server, stop_forkserver
+from ga3c.trainer import ExperienceDataset
+
+log = logging.getLogger(__name__)
+
+
+class RunState(pl.Callback):
+    """Starts the server once Lightning has restored a checkpoint, and saves what a resumed run needs
+    (counters, wall time, W&B id) in every checkpoint."""
+
+    def __init__(self, server: Server, monitor: Monitor, wandb_id: str | None):
+        self.server, self.monitor, self.wandb_id = server, monitor, wandb_id
+        self.extra: dict[str, object] = {}   # other components add their state (the auto-tuner)
+
+    def on_fit_start(self, trainer, learner) -> None:
+        # After Lightning restored the checkpoint (so versions continue) and before it asks for data.
+        learner.version = trainer.global_step
+        self.server.start()
+
+    def state_dict(self) -> dict:
+        return dict(counters=self.server.counter_totals(), wall_seconds=self.monitor.wall_seconds(),
+                    wandb_id=self.wandb_id, seed_counter=self.server.seed_counter, **self.extra)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.server.counters.load_state_dict(state.get("counters", {}))
+        self.monitor.wall_offset = float(state.get("wall_seconds", 0.0))
+        self.server.seed_counter = int(state.get("seed_counter", 0))  # new agents get new env seeds
+        own = ("counters", "wall_seconds", "wandb_id", "seed_counter")
+        self.extra.update({k: v for k, v in state.items() if k not in own})
+
+
+def train_ga3c(cfg: DictConfig) -> dict:
+    """Train with GA3C; returns the final summary (also in OUTPUT_DIR/summary.json)."""
+    with StopSignals() as signals:
+        return _train_ga3c(cfg, signals)
+
+
+def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
+    output_dir = Path(cfg.output_dir)
+    check_output_dir(output_dir)
+    bound_malloc_arenas()
+    resumed = load_checkpoint_state(cfg.ckpt_path) if cfg.ckpt_path else {}
+    wandb_id = wandb_run_id(cfg, resumed.get("wandb_id"))
+    pl.seed_everything(cfg.seed, workers=False, verbose=False)
+    torch.set_num_threads(cfg.torch_threads)
+
+    obs_shape, obs_dtype, num_actions = game_spec(cfg)
+    model = build_network(cfg.net, obs_shape, num_actions)
+    counters = Counters()
+    lc = cfg.learner
+    learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
+                      value_coef=lc.value_coef, reduction=lc.reduction, grad_clip=lc.grad_clip,
+                      reward_clip=lc.reward_clip, counters=counters, correction=lc.correction, rho_bar=lc.rho_bar,
+                      c_bar=lc.c_bar, gae_lambda=lc.gae_lambda, normalize_advantage=lc.normalize_advantage)
+    max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
+    server = Server(cfg, learner, counters, obs_shape, obs_dtype, max_agents)
+    signals.attach(server)
+    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window,
+                      cfg.stop_score)
+    server.monitor = monitor
+    run_state = RunState(server, monitor, wandb_id)
+    checkpoints = pl.callbacks.ModelCheckpoint(
+        dirpath=output_dir / "checkpoints", filename="{step}", save_last=True, save_top_k=cfg.checkpoint.keep,
+        monitor="step", mode="max", train_time_interval=timedelta(minutes=cfg.checkpoint.every_minutes))
+    callbacks = [run_state, monitor, checkpoints]
+    if cfg.get("video") and cfg.video.every_minutes:  # gameplay videos while training (off by default)
+        from ga3c.video import make_training_video
+
+        callbacks.append(make_training_video(cfg, server, output_dir))
+    if cfg.autotune.name != "off":
+        from ga3c.autotune import make_autotuner
+
+        callbacks.append(make_autotuner(cfg, server, monitor, run_state))
+    logger = make_logger(cfg, output_dir, wandb_id)
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_kwargs["precision"] = resolve_precision(trainer_kwargs.get("precision", "auto"), model,
+                                                    str(trainer_kwargs.get("accelerator", "auto")))
+    learner.autocast_dtype = AUTOCAST_DTYPES.get(trainer_kwargs["precision"])
+    log.info("precision: %s", trainer_kwargs["precision"])
+    trainer = pl.Trainer(**trainer_kwargs | dict(logger=logger), max_epochs=-1, callbacks=callbacks,
+                         default_root_dir=str(output_dir), num_sanity_val_steps=0, log_every_n_steps=1_000_000)
+    status = "failed"
+    try:
+        loader = DataLoader(ExperienceDataset(server), batch_size=None, num_workers=0)
+        try:
+            trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
+        except SIGTERMException:  # Lightning's own SIGTERM handling; ours already asked for a graceful stop
+            server.request_stop("SIGTERM")
+        if server.stop_reason is None:
+            server.request_stop("trainer.max_time" if trainer.should_stop else "fit ended")
+        status = "failed" if server.error else "finished"
+    except Exception as error:  # raised inside Lightning's loop (the loss check, a callback): stop cleanly
+        server.fail(f"training raised {error!r}", error)
+        if not isinstance(error, FloatingPointError):
+            log.exception("training raised")
+    finally:
+        server.shutdown()
+        log.info("agents, predictors and trainers stopped")
+        if server.error is None or not isinstance(server.error, FloatingPointError):
+            # The last good state; after NaN the previous checkpoint is the good one and stays as it is.
+            try:
+                trainer.save_checkpoint(output_dir / "checkpoints" / "last.ckpt")
+            except Exception as error:  # noqa: BLE001
+                log.error("final checkpoint failed: %s", error)
+        metrics = monitor.tick(force=True) or monitor.latest
+        monitor.write_summary(metrics, status=status)
+        log.info("final checkpoint and summary written")
+        finish_wandb()
+        server.close()
+        stop_forkserver()
+    if server.error is not None:
+        if isinstance(server.error, FloatingPointError):
+            raise RunFailed(f"{server.error}") from server.error
+        raise RunFailed(f"{server.stop_reason}; see the log for the traceback") from server.error
+    log.info("finished (%s): %s frames, score_mean_100 %.2f", server.stop_reason, metrics["frames"],
+             metrics["score_mean_100"] if not math.isnan(metrics["score_mean_100"]) else float("nan"))
+    return metrics
