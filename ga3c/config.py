@@ -70,7 +70,7 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg.agents <= 4096, f"agents must be at most 4096, got {cfg.agents}")
     _require(cfg.t_max <= 1000, f"t_max must be at most 1000, got {cfg.t_max}")
     gamma = number("learner.gamma")
-    _require(0 < gamma <= 1, f"learner.gamma must be in (0, 1], got {gamma}")
+    _require(0 <= gamma <= 1, f"learner.gamma must be in [0, 1], got {gamma}")
     lam = number("learner.gae_lambda")
     _require(0 <= lam <= 1, f"learner.gae_lambda must be in [0, 1], got {lam}")
     _require(number("learner.beta") >= 0, f"learner.beta must be >= 0, got {cfg.learner.beta}")

@@ -71,3 +71,38 @@ class NaNNet(MLPActorCritic):
             if self.calls > self.after:
                 values = values * float("nan")
         return logits, values
+
+
+class OneStepLate(gym.Wrapper):
+    """Shifts one part of the probe game's step by one step, as a pipeline bug would: `obs` (the agent sees
+    the previous observation), `reward` (each reward arrives with the next step) or `action` (the env plays
+    the previous action, so the action recorded is not the one that was rewarded)."""
+
+    def __init__(self, env, part: str):
+        super().__init__(env)
+        self.part, self.held = part, None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.held = dict(obs=obs, reward=0.0, action=0)
+        return obs, info
+
+    def step(self, action):
+        if self.part == "action":
+            action, self.held["action"] = self.held["action"], action
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.part == "obs":
+            obs, self.held["obs"] = self.held["obs"], obs
+        if self.part == "reward":
+            reward, self.held["reward"] = self.held["reward"], reward
+        return obs, reward, terminated, truncated, info
+
+
+def _late(part: str):
+    from ga3c.probe_envs import CueEnv
+
+    return lambda: OneStepLate(CueEnv(lag=0), part)
+
+
+for _part in ("obs", "reward", "action"):
+    gym.register(f"CueLate{_part.title()}-v0", entry_point=_late(_part))

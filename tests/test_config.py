@@ -52,7 +52,7 @@ def test_the_large_net_is_substantially_larger():
 @pytest.mark.parametrize("override, key", [
     ("agents=0", "agents"), ("predictors=-1", "predictors"), ("trainers=0", "trainers"), ("t_max=0", "t_max"),
     ("training_min_batch=-4", "training_min_batch"), ("learner.gamma=1.5", "learner.gamma"),
-    ("learner.gamma=0", "learner.gamma"), ("training_min_batch=512", "training_max_batch"),
+    ("learner.gamma=-0.1", "learner.gamma"), ("training_min_batch=512", "training_max_batch"),
     ("prediction_max_batch=0", "prediction_max_batch"), ("learner.optimizer.lr=0", "learner.optimizer.lr"),
     ("wandb.mode=sometimes", "wandb.mode"), ("max_frames=-5", "max_frames"), ("learner.gae_lambda=2", "gae_lambda"),
 ])

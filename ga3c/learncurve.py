@@ -1,0 +1,311 @@
+"""The learning benchmark: score against wall time, over seeds, for one or more arms.
+
+    python -m ga3c.learncurve game=pong seeds=3 minutes=30
+    python -m ga3c.learncurve game=boxing seeds=3 minutes=60 learncurve.arms=[ga3c,a3c]     # RQ1
+    python -m ga3c.learncurve game=cartpole seeds=3 minutes=1 hydra.run.dir=runs/cp   # then again: resumes
+
+Each run is its own `python train.py` process (the overrides given here, the arm's, `seed=`, the budget as
+`trainer.max_time`), one after another, into OUTPUT_DIR/ARM/seedN. Finished runs found there are not run again,
+so a study can be extended or resumed; `learncurve.analyze_only=true` only reads them. From every run's
+metrics.jsonl it writes into OUTPUT_DIR:
+    learncurve.md    wall time and frames to each threshold, per run and the median over seeds (a seed that
+                     never got there counts as slower than the budget); the final score; frames/s
+    learncurve.png   score against wall time and against frames: one thin line per seed, the median thick
+    learncurve.json  the same numbers; curves.csv the sampled curves behind the plot
+and the same (table, plot, medians) to W&B as one run of job_type=learncurve in the group learncurve-GAME.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+import ga3c  # noqa: F401  registers ${machine:...}
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]
+OWN_KEYS = ("seeds", "minutes", "learncurve.", "hydra.", "wandb.group", "seed", "trainer.max_time", "max_frames")
+
+
+def max_time(minutes: float) -> str:
+    seconds = max(1, int(round(minutes * 60)))
+    return f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def user_overrides() -> list[str]:
+    """The overrides given on the command line that are training keys (they apply to every arm)."""
+    return [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(OWN_KEYS)]
+
+
+def run_command(cfg: DictConfig, arm: str, arm_overrides: list[str], seed: int, run_dir: Path) -> list[str]:
+    overrides = user_overrides() + list(arm_overrides)
+    if "algo=a3c" in overrides and not any(o.startswith("agents=") for o in arm_overrides):
+        from ga3c.config import usable_cores
+
+        overrides.append(f"agents={cfg.learncurve.a3c_agents or usable_cores()}")  # one per core, as Mnih et al.
+    return [sys.executable, str(REPO / "train.py"), *overrides, f"seed={seed}", "max_frames=null",
+            f"trainer.max_time={max_time(float(cfg.minutes))}", f"wandb.group={cfg.wandb.group}",
+            f"wandb.name={cfg.game.name}-{arm}-seed{seed}", f"hydra.run.dir={run_dir}"]
+
+
+def finished(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
+
+
+def read_curve(run_dir: Path) -> dict[str, list[float]]:
+    """(wall seconds, frames, rolling score) of every logged window of a run."""
+    curve = dict(wall_seconds=[], frames=[], score=[])
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a killed run
+            curve["wall_seconds"].append(float(row["wall_seconds"]))
+            curve["frames"].append(float(row["frames"]))
+            score = row.get("score_mean_100")
+            curve["score"].append(math.nan if score is None else float(score))
+    return curve
+
+
+def first_reach(curve: dict, threshold: float) -> tuple[float, float]:
+    """(wall seconds, frames) at the first window whose rolling score is >= threshold; (inf, inf) if never."""
+    for wall, frames, score in zip(curve["wall_seconds"], curve["frames"], curve["score"]):
+        if score == score and score >= threshold:
+            return wall, frames
+    return math.inf, math.inf
+
+
+def median(values: list[float]) -> float:
+    """Median that treats inf (never reached) as larger than every time: half the seeds must get there."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def analyze(runs: dict[str, dict[int, Path]], thresholds: list[float]) -> dict:
+    results = dict(thresholds=thresholds, arms={})
+    for arm, seeds in runs.items():
+        per_seed = {}
+        for seed, run_dir in seeds.items():
+            curve = read_curve(run_dir)
+            if not curve["wall_seconds"]:
+                continue
+            scores = [s for s in curve["score"] if s == s]
+            summary = {}
+            try:
+                summary = json.loads((run_dir / "summary.json").read_text())
+            except (OSError, ValueError):
+                pass
+            per_seed[seed] = dict(
+                run_dir=str(run_dir), curve=curve, final_score=scores[-1] if scores else math.nan,
+                best_score=max(scores) if scores else math.nan, frames=curve["frames"][-1],
+                wall_seconds=curve["wall_seconds"][-1], fps=summary.get("fps_run_mean", math.nan),
+                policy_lag=summary.get("policy_lag_mean", math.nan),
+                reach={str(t): first_reach(curve, t) for t in thresholds})
+        medians = {str(t): (median([s["reach"][str(t)][0] for s in per_seed.values()]),
+                            median([s["reach"][str(t)][1] for s in per_seed.values()])) for t in thresholds}
+        results["arms"][arm] = dict(seeds=per_seed, median_reach=medians,
+                                    median_final_score=median([s["final_score"] for s in per_seed.values()]))
+    return results
+
+
+def _fmt_time(seconds: float) -> str:
+    return "—" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min"
+
+
+def _fmt_frames(frames: float) -> str:
+    return "—" if not math.isfinite(frames) else f"{frames / 1e6:.2f} M"
+
+
+def markdown(results: dict, title: str) -> str:
+    thresholds = results["thresholds"]
+    head = "| arm | seed | " + " | ".join(f"to {t:g}: time / frames" for t in thresholds) + \
+           " | final score | best | frames | frames/s | policy lag |"
+    lines = [f"# {title}", "", head, "|" + " --- |" * (head.count("|") - 1)]
+    for arm, data in results["arms"].items():
+        for seed, s in sorted(data["seeds"].items()):
+            cells = [f"{_fmt_time(s['reach'][str(t)][0])} / {_fmt_frames(s['reach'][str(t)][1])}" for t in thresholds]
+            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {s['final_score']:.2f} | "
+                         f"{s['best_score']:.2f} | {_fmt_frames(s['frames'])} | {s['fps']:,.0f} | {s['policy_lag']:.1f} |")
+        cells = [f"**{_fmt_time(data['median_reach'][str(t)][0])} / {_fmt_frames(data['median_reach'][str(t)][1])}**"
+                 for t in thresholds]
+        lines.append(f"| **{arm}** | median | " + " | ".join(cells) +
+                     f" | **{data['median_final_score']:.2f}** | | | | |")
+    lines += ["", "Times are wall-clock from the run's first logged window; — = not reached within the budget. "
+              "The median counts a seed that never got there as slower than any that did."]
+    return "\n".join(lines) + "\n"
+
+
+def _interp(xs: list[float], ys: list[float], grid):
+    import numpy as np
+
+    xs, ys = np.asarray(xs), np.asarray(ys)
+    keep = ~np.isnan(ys)
+    if keep.sum() < 2:
+        return np.full(len(grid), np.nan)
+    out = np.interp(grid, xs[keep], ys[keep], left=np.nan, right=np.nan)
+    return out
+
+
+def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for (arm, data), color in zip(results["arms"].items(), colors * 4):
+        for axis, key, scale in ((axes[0], "wall_seconds", 60.0), (axes[1], "frames", 1e6)):
+            curves = [s["curve"] for s in data["seeds"].values()]
+            if not curves:
+                continue
+            for curve in curves:
+                axis.plot(np.asarray(curve[key]) / scale, curve["score"], color=color, alpha=0.3, linewidth=0.8)
+            end = max(max(c[key]) for c in curves)
+            grid = np.linspace(0, end, grid_points)
+            stacked = np.vstack([_interp(c[key], c["score"], grid) for c in curves])
+            with np.errstate(all="ignore"):
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    middle = np.nanmedian(stacked, axis=0)
+            axis.plot(grid / scale, middle, color=color, linewidth=2.2,
+                      label=f"{arm} (median of {len(curves)})")
+    for threshold in results["thresholds"]:
+        for axis in axes:
+            axis.axhline(threshold, color="grey", linestyle=":", linewidth=0.8)
+    axes[0].set_xlabel("wall time (minutes)")
+    axes[1].set_xlabel("env frames (millions, frameskip included)")
+    for axis in axes:
+        axis.set_ylabel("rolling-100 score")
+        axis.grid(alpha=0.3)
+        axis.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_results(results: dict, out: Path, title: str, grid_points: int) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = dict(md=out / "learncurve.md", png=out / "learncurve.png", json=out / "learncurve.json",
+                 csv=out / "curves.csv")
+    paths["md"].write_text(markdown(results, title))
+    plot(results, paths["png"], title, grid_points)
+    plain = json.loads(json.dumps(results, default=float))
+    for data in plain["arms"].values():
+        for seed in data["seeds"].values():
+            seed.pop("curve")
+    paths["json"].write_text(json.dumps(plain, indent=1, default=float))
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["arm", "seed", "wall_seconds", "frames", "score_mean_100"])
+        for arm, data in results["arms"].items():
+            for seed, s in sorted(data["seeds"].items()):
+                c = s["curve"]
+                for row in zip(c["wall_seconds"], c["frames"], c["score"]):
+                    writer.writerow([arm, seed, f"{row[0]:.1f}", int(row[1]), "" if row[2] != row[2] else row[2]])
+    return paths
+
+
+def log_wandb(cfg: DictConfig, results: dict, paths: dict[str, Path], out: Path) -> None:
+    if cfg.wandb.mode == "disabled":
+        return
+    import wandb
+
+    from ga3c.runtime import finish_wandb
+
+    run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=cfg.wandb.group, dir=str(out),
+                     job_type="learncurve", mode=cfg.wandb.mode, name=f"learncurve-{cfg.game.name}",
+                     config=dict(game=cfg.game.name, seeds=int(cfg.seeds), minutes=float(cfg.minutes),
+                                 arms={a: list(cfg.learncurve.arm_overrides[a]) for a in cfg.learncurve.arms}))
+    try:
+        table = wandb.Table(columns=["arm", "seed", "threshold", "seconds", "frames", "final_score"])
+        for arm, data in results["arms"].items():
+            for seed, s in data["seeds"].items():
+                for t in results["thresholds"]:
+                    seconds, frames = s["reach"][str(t)]
+                    table.add_data(arm, seed, t, seconds if math.isfinite(seconds) else None,
+                                   frames if math.isfinite(frames) else None, s["final_score"])
+            for t in results["thresholds"]:
+                seconds, frames = data["median_reach"][str(t)]
+                run.summary[f"{arm}/median_seconds_to_{t:g}"] = seconds if math.isfinite(seconds) else None
+                run.summary[f"{arm}/median_frames_to_{t:g}"] = frames if math.isfinite(frames) else None
+            run.summary[f"{arm}/median_final_score"] = data["median_final_score"]
+        run.log({"time_to_threshold": table, "learning_curves": wandb.Image(str(paths["png"]))})
+    finally:
+        finish_wandb()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="learncurve")
+def main(cfg: DictConfig) -> None:
+    from ga3c.config import ConfigError, validate
+
+    try:
+        validate(cfg)
+        seeds, minutes = cfg.seeds, cfg.minutes
+        if not (isinstance(seeds, int) and seeds >= 1):
+            raise ConfigError(f"seeds must be an integer >= 1, got {seeds!r}")
+        if not (isinstance(minutes, (int, float)) and not isinstance(minutes, bool) and minutes > 0):
+            raise ConfigError(f"minutes must be a number > 0, got {minutes!r}")
+        names, known = OmegaConf.to_container(cfg.learncurve.arms), cfg.learncurve.arm_overrides
+        if not isinstance(names, list) or not names:
+            raise ConfigError(f"learncurve.arms must be a non-empty list of arm names, got {names!r}")
+        unknown = [n for n in names if str(n) not in known]
+        if unknown:
+            raise ConfigError(f"learncurve.arms: unknown arm(s) {unknown}; known: {', '.join(known)} "
+                              "(add one with '+learncurve.arm_overrides.NAME=[\"key=value\"]')")
+        arms = {str(n): [str(o) for o in known[str(n)]] for n in names}
+        thresholds = cfg.learncurve.thresholds or cfg.game.get("thresholds")
+        if not thresholds:
+            raise ConfigError(f"no score thresholds: set learncurve.thresholds=[...] (game {cfg.game.name} has none)")
+    except ConfigError as error:
+        print(f"ga3c: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(cfg.output_dir)
+    runs = {arm: {seed: out / arm / f"seed{seed}" for seed in range(seeds)} for arm in arms}
+    if not cfg.learncurve.analyze_only:
+        for arm, overrides in arms.items():
+            for seed, run_dir in runs[arm].items():
+                if finished(run_dir) and not cfg.learncurve.rerun:
+                    log.info("%s seed %d: finished run found in %s, not run again", arm, seed, run_dir)
+                    continue
+                command = run_command(cfg, arm, overrides, seed, run_dir)
+                log.info("%s seed %d: %s", arm, seed, " ".join(command[1:]))
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open(run_dir / "train.log", "w") as output:
+                    code = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
+                                          env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
+                if code:
+                    log.warning("%s seed %d: train.py exited with %d (see %s); its curve so far is used",
+                                arm, seed, code, run_dir / "train.log")
+    title = f"{cfg.game.name}: score against wall time ({seeds} seeds, {minutes:g} min each)"
+    results = analyze(runs, [float(t) for t in thresholds])
+    paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
+    log_wandb(cfg, results, paths, out)
+    print(paths["md"].read_text())
+    print(f"[learncurve] wrote {', '.join(str(p) for p in paths.values())}")
+
+
+if __name__ == "__main__":
+    main()

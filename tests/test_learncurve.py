@@ -1,0 +1,73 @@
+"""The learning benchmark: thresholds and medians on made-up curves; end to end on CartPole, two arms."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, assert_no_leftovers
+from ga3c.learncurve import analyze, first_reach, markdown, max_time, median
+
+
+def write_run(run_dir, rows):
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for wall, frames, score in rows:
+            f.write(json.dumps(dict(wall_seconds=wall, frames=frames, score_mean_100=score)) + "\n")
+        f.write('{"wall_seconds": 9')  # a line cut short by a killed run is skipped
+    (run_dir / "summary.json").write_text(json.dumps(dict(status="finished", fps_run_mean=100.0, policy_lag_mean=2.0)))
+
+
+def test_first_reach_and_median_count_never_as_slowest():
+    curve = dict(wall_seconds=[5, 10, 15], frames=[100, 200, 300], score=[math.nan, -5.0, 1.0])
+    assert first_reach(curve, -10) == (10, 200) and first_reach(curve, 0) == (15, 300)
+    assert first_reach(curve, 18) == (math.inf, math.inf)
+    assert median([30.0, math.inf, 10.0]) == 30.0          # 2 of 3 seeds got there
+    assert median([30.0, math.inf, math.inf]) == math.inf  # only 1 of 3: the median never did
+    assert max_time(30) == "00:00:30:00" and max_time(0.25) == "00:00:00:15" and max_time(90) == "00:01:30:00"
+
+
+def test_analyze_and_table(tmp_path):
+    write_run(tmp_path / "a" / "seed0", [(5, 1000, -21.0), (10, 2000, -10.0), (20, 4000, 5.0)])
+    write_run(tmp_path / "a" / "seed1", [(5, 1000, -21.0), (10, 2000, -18.0), (20, 4000, -12.0)])
+    runs = {"a": {0: tmp_path / "a" / "seed0", 1: tmp_path / "a" / "seed1"}}
+    results = analyze(runs, [-15.0, 0.0])
+    arm = results["arms"]["a"]
+    assert arm["seeds"][0]["reach"]["-15.0"] == (10, 2000) and arm["seeds"][1]["reach"]["-15.0"] == (20, 4000)
+    assert arm["median_reach"]["-15.0"] == (15, 3000)
+    assert arm["median_reach"]["0.0"][0] == math.inf   # one seed of two: not the median
+    assert arm["median_final_score"] == pytest.approx(-3.5)
+    table = markdown(results, "t")
+    assert "| a | 0 | 0.2 min / 0.00 M" in table and "**—" in table
+
+
+@pytest.mark.slow
+def test_learncurve_end_to_end_on_cartpole_two_arms(tmp_path):
+    out = tmp_path / "lc"
+    command = [sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=1", "minutes=0.25",
+               "learncurve.arms=[ga3c,a3c]", "wandb.mode=offline", f"hydra.run.dir={out}"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for name in ("learncurve.md", "learncurve.png", "learncurve.json", "curves.csv"):
+        assert (out / name).stat().st_size > 0, name
+    results = json.loads((out / "learncurve.json").read_text())
+    assert set(results["arms"]) == {"ga3c", "a3c"} and results["thresholds"] == [475.0]
+    for arm in ("ga3c", "a3c"):
+        seed = results["arms"][arm]["seeds"]["0"]
+        assert seed["frames"] > 1000 and seed["final_score"] > 9   # CartPole's random policy scores ~20
+    assert "algo=a3c" in (out / "a3c" / "seed0" / ".hydra" / "overrides.yaml").read_text()
+    assert list((out / "wandb").glob("offline-run-*")), "the benchmark's own W&B run"
+    # a second call finds the finished runs and only analyses them again
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "not run again" in again.stdout + again.stderr
+    assert_no_leftovers(str(tmp_path))
+
+
+def test_bad_arm_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ga3c.learncurve", "learncurve.arms=[nope]",
+                           f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "learncurve.arms: unknown arm" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,34 @@
+"""The whole pipeline learns what it sees: probe games (ga3c/probe_envs.py) through agents, shared memory,
+predictors, trainers and the learner, within seconds; and the same games with one part shifted by one step
+(tests/faults.py, as a misalignment bug would) never get past chance."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_no_leftovers, read_summary, run_train
+
+LEARNED, CHANCE_CEILING = 18, 9   # of 20 steps per episode; a random policy scores 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("game_id", ["ga3c.probe_envs:CueNow-v0", "ga3c.probe_envs:CueStack-v0"])
+def test_pipeline_learns_the_cue_it_sees(tmp_path, game_id):
+    """CueNow: the rewarded cue is in the newest frame. CueStack: only in a frame 2 steps back, with a fresh
+    distractor cue in the newest: it is learned only if the stack arrives whole and in step with the actions."""
+    run_train(tmp_path, "game=cue", f"game.id={game_id}", f"stop_score={LEARNED}", "max_frames=150000",
+              "wandb.mode=disabled", timeout=240)
+    summary = read_summary(tmp_path)
+    assert summary["score_mean_100"] >= LEARNED, summary
+    assert summary["stop_reason"].startswith("score_mean_100 reached")
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["Obs", "Reward", "Action"])
+def test_a_one_step_misalignment_never_gets_past_chance(tmp_path, part):
+    """The same game, 5x the frames the aligned pipeline needs, with observations, rewards or actions one step
+    late: the probe has teeth."""
+    run_train(tmp_path, "game=cue", f"game.id=tests.faults:CueLate{part}-v0", "max_frames=25000",
+              "wandb.mode=disabled", timeout=240)
+    summary = read_summary(tmp_path)
+    assert summary["episodes"] >= 500 and summary["score_mean_100"] <= CHANCE_CEILING, summary
