@@ -6,7 +6,9 @@ Every directory under the given ones that holds a summary.json is a run. It read
 locally (summary.json, metrics.jsonl, .hydra/), so it works offline. Runs are labelled by the keys their
 sweep varied (their Hydra overrides that differ between runs; seeds are repetitions of one configuration).
 Writes OUT/report.html (plots embedded, nothing else needed to view it), OUT/*.png and OUT/runs.csv.
-With --wandb-report and W&B online it also publishes a W&B Report of the runs' group(s).
+With --wandb-report it also publishes a W&B Report: one section per W&B group of the runs (a study, e.g. a
+research question) with score and throughput panels over that group's runs on W&B. That needs the optional
+wandb-workspaces (pip install -e ".[report]"), a login (wandb login) and the runs uploaded (wandb sync).
 """
 from __future__ import annotations
 
@@ -71,6 +73,13 @@ class Run:
     def final(self, key: str) -> float:
         value = self.summary.get(key)
         return float(value) if isinstance(value, (int, float)) else math.nan
+
+    def cfg(self, key: str):
+        """A value of the run's composed config by dotted key (None where absent)."""
+        value = self.config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
 
 
 # --- reading runs ----------------------------------------------------------------------------------------
@@ -466,6 +475,97 @@ def _html(title, paths, varied, rows, columns, sections, skipped) -> str:
 
 
 # --- W&B Report ------------------------------------------------------------------------------------------
+# A W&B Report needs the optional package wandb-workspaces (pip install -e ".[report]"). The report is built
+# offline from the local runs (which groups, which keys vary); only save() talks to W&B.
+
+@dataclass(frozen=True)
+class Study:
+    """One section of the W&B Report: a heading, the question it answers and the panels beyond the common ones
+    (title, x metric, y metrics)."""
+    heading: str
+    question: str
+    extra_panels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+
+WALL, FRAMES = "wall_seconds", "frames"
+# x axes are metrics every run logs itself: W&B's own step differs between GA3C (Lightning counts log calls,
+# trainer/global_step holds the frames) and A3C (step = frames), and wall_seconds is the clock the HTML report
+# and ga3c.learncurve use (it continues across a resume).
+COMMON_PANELS = (("Score against wall time", WALL, ("score_mean_100",)),
+                 ("Score against env frames", FRAMES, ("score_mean_100",)),
+                 ("Env frames per second (FPS)", WALL, ("fps",)),
+                 ("Training samples per second", WALL, ("samples_per_s",)))
+AXIS_TITLES = {WALL: "wall time (s)", FRAMES: "env frames (frame skip included)",
+               "score_mean_100": "score (mean of last 100 episodes, raw)", "fps": "env frames/s",
+               "samples_per_s": "training samples/s"}
+
+# The research questions: conf/experiment/<name>.yaml sets wandb.group=<name> (a test checks each rq* has one).
+STUDIES = {
+    "rq1_ga3c_vs_a3c": Study(
+        "RQ1: GA3C against CPU A3C",
+        "Throughput (frames/s) and learning speed (score against wall time) of GA3C and the CPU A3C baseline on "
+        "the paper's five Atari games, same network, same wall time."),
+    "rq2_counts_grid": Study(
+        "RQ2: agents, predictors and trainers",
+        "How the counts N_A (agents), N_P (predictors) and N_T (trainers), held fixed, affect utilisation, "
+        "throughput and stability.",
+        (("Predictions and trainings per second (PPS, TPS)", WALL, ("pps", "tps")),
+         ("Utilisation: busy share of predictors and trainers", WALL,
+          ("predictor_busy_share", "trainer_busy_share")))),
+    "rq3_autotune": Study(
+        "RQ3: auto-tuned counts",
+        "The paper's hill climber (autotune=ga3c) against fixed counts (autotune=off) across games, both starting "
+        "from the same small counts.",
+        (("N_A, N_P, N_T over time", WALL, ("agents", "predictors", "trainers")),)),
+    "rq4_training_batch": Study(
+        "RQ4: training batch size",
+        "The minimum training batch (0 = every rollout trained alone, the original GA3C) against policy lag, "
+        "throughput and stability of learning.",
+        (("Policy lag (updates between acting and training)", WALL, ("policy_lag_mean",)),
+         ("Training batch (samples per update)", WALL, ("training_batch_mean",)))),
+    "rq5_network_size": Study(
+        "RQ5: network size",
+        "The paper's small network against the Nature-DQN one, GA3C and A3C: does GA3C's speed-up grow with the "
+        "network?"),
+}
+LEARNCURVE_PREFIX = "learncurve-"   # python -m ga3c.learncurve logs its runs in the group learncurve-GAME
+
+# Config groups are logged to W&B as their config, not their option name: the key that tells the options apart.
+GROUP_CONFIG_KEYS = {"game": "game.name", "algo": "algo.name", "autotune": "autotune.name",
+                     "net": "net.hidden",   # 256 small, 512 large, [64, 64] mlp
+                     "optimizer": "learner.optimizer._target_"}
+
+
+def study_of(group: str) -> Study:
+    if group in STUDIES:
+        return STUDIES[group]
+    if group.startswith(LEARNCURVE_PREFIX):
+        game = group[len(LEARNCURVE_PREFIX):]
+        return Study(f"Learning benchmark: {game}",
+                     f"python -m ga3c.learncurve game={game}: each arm over seeds, score against wall time and "
+                     "frames (the times to the game's score thresholds are in the learncurve run's table).")
+    return Study(f"W&B group {group}", "The runs of one study (its multirun's shared W&B group).")
+
+
+def wandb_groupby(runs: list[Run]) -> list[str]:
+    """The config keys (as W&B run-set groupby strings) whose values differ between these runs, seeds aside:
+    seeds of one configuration become one line."""
+    keys = sorted({k for r in runs for k in r.params} - {"experiment"})
+    varied = [k for k in keys if "/" not in k and len({r.params.get(k, "default") for r in runs}) > 1]
+    return [f"config.{GROUP_CONFIG_KEYS.get(k, k)}" for k in varied]
+
+
+def wandb_run_ids(run: Run) -> list[str]:
+    """The W&B run id(s) of a run directory, from wandb's own folder names (offline-run-DATE_TIME-ID, run-...)."""
+    folders = sorted((run.path / "wandb").glob("offline-run-*")) + sorted((run.path / "wandb").glob("run-*"))
+    return sorted({folder.name.rsplit("-", 1)[-1] for folder in folders if folder.is_dir()})
+
+
+def _panel(wr, title: str, x: str, y: tuple[str, ...]):
+    return wr.LinePlot(title=title, x=x, y=list(y), title_x=AXIS_TITLES.get(x),
+                       title_y=AXIS_TITLES.get(y[0]) if len(y) == 1 else None)
+
+
 def wandb_online() -> tuple[bool, str]:
     """Whether a W&B Report can be published from here, and if not, why."""
     if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
@@ -473,54 +573,92 @@ def wandb_online() -> tuple[bool, str]:
     try:
         import wandb_workspaces.reports.v2  # noqa: F401
     except ImportError:
-        return False, "the wandb-workspaces package is not installed (pip install wandb-workspaces)"
+        return False, 'the wandb-workspaces package is not installed (pip install -e ".[report]")'
     try:
         import wandb
 
         if not wandb.Api(timeout=10).api_key:
-            return False, "not logged in to W&B (wandb login)"
+            return False, "not logged in to W&B"
     except Exception as error:  # noqa: BLE001
+        if "API key" in str(error):   # wandb.Api raises UsageError("No API key configured ...") before any login
+            return False, "not logged in to W&B"
         return False, f"W&B cannot be reached ({type(error).__name__}: {error})"
     return True, "online"
 
 
-def wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None, entity: str | None):
-    """A W&B Report (not saved yet): score, throughput, counts and lag panels over the runs' W&B group(s),
-    its runs grouped by the varied keys."""
+def wandb_report(runs: list[Run], title: str, project: str | None, entity: str, sources: str = ""):
+    """The W&B Report of the runs (not saved): one section per W&B group (a study, e.g. a research question)
+    with its score and throughput panels over a run set filtered to that group, grouped by the config keys that
+    vary within it. Needs label_runs(runs) first. Constructing it makes no W&B call as long as entity is given
+    (wandb_workspaces would otherwise ask the API for the default entity)."""
     import wandb_workspaces.reports.v2 as wr
 
-    def cfg(run: Run, key: str):
-        value = run.config
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return value
+    if not entity:
+        raise ValueError("a W&B Report needs an entity (--entity, wandb.entity, or the logged-in user's)")
+    project = project or next((r.cfg("wandb.project") for r in runs if r.cfg("wandb.project")), "ga3c")
+    by_group: dict[str, list[Run]] = {}
+    for run in runs:
+        by_group.setdefault(str(run.cfg("wandb.group") or ""), []).append(run)
 
-    project = project or next((cfg(r, "wandb.project") for r in runs if cfg(r, "wandb.project")), "ga3c")
-    entity = entity or next((cfg(r, "wandb.entity") for r in runs if cfg(r, "wandb.entity")), None)
-    groups = sorted({str(cfg(r, "wandb.group")) for r in runs if cfg(r, "wandb.group")})
-    groupby = [k for k in varied if "/" not in k]
-    runsets = [wr.Runset(entity=entity or "", project=project, name=group, groupby=groupby,
-                         filters=f"Config('wandb.group') == '{group}'") for group in groups] or \
-        [wr.Runset(entity=entity or "", project=project, groupby=groupby)]
-    panels = [wr.LinePlot(title="score vs frames", x="trainer/global_step", y=["score_mean_100"]),
-              wr.LinePlot(title="score vs wall time", x="Relative Time (Wall)", y=["score_mean_100"]),
-              wr.LinePlot(title="throughput", x="trainer/global_step", y=["fps", "pps", "tps"]),
-              wr.LinePlot(title="N_A, N_P, N_T", x="trainer/global_step", y=["agents", "predictors", "trainers"]),
-              wr.LinePlot(title="policy lag", x="trainer/global_step", y=["policy_lag_mean", "training_batch_mean"]),
-              wr.BarPlot(title="frames/s", metrics=["fps_run_mean"])]
-    report = wr.Report(project=project, entity=entity or "", title=title,
-                       description=f"{len(runs)} runs; groups {', '.join(groups) or '(none)'}; "
-                                   f"varied keys {', '.join(varied) or 'none'}",
-                       blocks=[wr.H1(text=title), wr.PanelGrid(runsets=runsets, panels=panels)])
-    return report
+    # the studies in RQ order, then learncurve and other groups by name, ungrouped runs last
+    order = list(STUDIES)
+    sections, left_out = [], []
+    for group in sorted(by_group, key=lambda g: (not g, order.index(g) if g in order else len(order), g)):
+        members = by_group[group]
+        if group:
+            study = study_of(group)
+            filters = f"Metric('Group') == {group!r}"
+        else:   # no group to filter by: the runs themselves, by W&B run id
+            untracked = [r for r in members if not wandb_run_ids(r)]
+            if untracked:
+                left_out.append(f"{len(untracked)} runs without a W&B group or W&B run (wandb.mode=disabled)")
+            members = [r for r in members if r not in untracked]
+            if not members:
+                continue
+            ids = sorted({i for r in members for i in wandb_run_ids(r)})
+            study = Study("Runs without a W&B group", "Single runs (python train.py without an experiment).")
+            filters = f"Metric('ID') in {ids!r}"
+        groupby = wandb_groupby(members)
+        runset = wr.Runset(entity=entity, project=project, name=group or "ungrouped", filters=filters,
+                           groupby=groupby)
+        panels = [_panel(wr, *spec) for spec in COMMON_PANELS + study.extra_panels]
+        grouped = ", ".join(g.removeprefix("config.") for g in groupby) or "nothing (one configuration)"
+        sections += [wr.H1(text=study.heading),
+                     wr.P(text=f"{study.question} W&B group {group or '(none)'}: {len(members)} local runs; lines "
+                               f"grouped by {grouped}."),
+                     wr.PanelGrid(runsets=[runset], panels=panels)]
+    intro = (f"Built by python -m ga3c.report from {len(runs)} local runs{' in ' + sources if sources else ''}. "
+             "One section per study (W&B group). Wall time and frames on the x axes are the runs' own "
+             "wall_seconds and frames metrics." + "".join(f" Not shown: {note}." for note in left_out))
+    toc = [wr.TableOfContents()] if len(sections) > 3 else []
+    # W&B limits report titles to 128 characters
+    return wr.Report(project=project, entity=entity, title=title[:128], description=intro[:1000], width="fluid",
+                     blocks=[wr.P(text=intro), *toc, *sections])
 
 
-def publish_wandb_report(runs: list[Run], varied: list[str], title: str, project: str | None,
-                         entity: str | None) -> str:
-    """Save the W&B Report online; returns its URL."""
-    report = wandb_report(runs, varied, title, project, entity)
+def publish_wandb_report(runs: list[Run], title: str, project: str | None, entity: str | None,
+                         sources: str = "") -> str:
+    """Save the W&B Report online (needs a login); returns its URL."""
+    import wandb
+
+    # runs logged without wandb.entity went to the logged-in user's default entity
+    entity = entity or next((r.cfg("wandb.entity") for r in runs if r.cfg("wandb.entity")), None) \
+        or wandb.Api(timeout=30).default_entity
+    report = wandb_report(runs, title, project, entity, sources)
     report.save()
     return report.url
+
+
+def sync_command(runs: list[Run]) -> str:
+    """The `wandb sync` command that uploads these runs' offline W&B runs (per run directory, or per multirun)."""
+    dirs = sorted({r.path for r in runs if any((r.path / "wandb").glob("offline-run-*"))})
+    if not dirs:
+        return "no offline W&B runs here: train with wandb.mode=offline or online"
+    if len(dirs) > 3:   # a multirun's jobs are siblings: one pattern per parent
+        patterns = [f"{parent}/*/wandb/offline-run-*" for parent in sorted({d.parent for d in dirs})]
+    else:
+        patterns = [f"{d}/wandb/offline-run-*" for d in dirs]
+    return "wandb sync " + " ".join(patterns)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,11 +689,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.wandb_report:
         online, why = wandb_online()
         if not online:
-            print(f"[report] W&B is offline ({why}): no W&B Report published; the HTML report above has "
-                  "everything. Upload runs with `wandb sync DIR/wandb/offline-run-*`, then run this again.")
+            print(f"[report] No W&B Report published ({why}); the HTML report above has everything. To publish: "
+                  f"wandb login, upload the runs ({sync_command(made['runs'])}), then run this again.")
         else:
             try:
-                print(f"[report] W&B Report: {publish_wandb_report(made['runs'], made['varied'], title, args.project, args.entity)}")
+                url = publish_wandb_report(made["runs"], title, args.project, args.entity,
+                                           sources=", ".join(map(str, args.dirs)))
+                print(f"[report] W&B Report: {url}")
             except Exception as error:  # noqa: BLE001 - the HTML report is written either way
                 print(f"[report] W&B Report failed ({type(error).__name__}: {error}); the HTML report is written")
                 return 1
