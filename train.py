@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import hydra
@@ -16,12 +17,22 @@ log = logging.getLogger("ga3c")
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    try:
+        return run(cfg)
+    except BaseException as error:
+        error.ga3c_raised = True  # ours, not Hydra's: the handler at the bottom leaves it alone
+        raise
+
+
+def run(cfg: DictConfig) -> float:
     from ga3c.config import ConfigError, validate
 
     try:
         validate(cfg)  # before the heavy imports: bad input is answered in a second
         from ga3c.run import train
+        from ga3c.runtime import quiet_libraries
 
+        quiet_libraries()
         summary = train(cfg)
     except ConfigError as error:  # bad input: a message naming the problem, no traceback
         print(f"ga3c: error: {error}", file=sys.stderr)
@@ -39,22 +50,44 @@ def main(cfg: DictConfig) -> float:
 
 
 def check_run_dir_override(argv: list[str]) -> None:
-    """Hydra creates the run directory before any of our code runs and fails with a traceback when it
-    cannot: check the directory a user named (or ./outputs) first, and say plainly what is wrong."""
-    import os
+    """Hydra creates the run directory before any of our code runs: check the directory a user named (or
+    ./outputs, ./multirun) first, and say plainly what is wrong."""
     from pathlib import Path
 
-    wanted = next((a.split("=", 1)[1] for a in argv if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))),
-                  "outputs")
-    path = Path(wanted).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        reason = "is not a directory" if not existing.is_dir() else "is not writable"
-        print(f"ga3c: error: output directory {wanted!r} cannot be created: {str(existing)!r} {reason}",
-              file=sys.stderr)
+    from ga3c.config import ConfigError, check_creatable
+
+    multirun = "-m" in argv or "--multirun" in argv
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    given = [a.split("=", 1)[1] for a in argv if a.startswith(key)]  # the last one wins, as in Hydra
+    wanted = given[-1] if given else ("multirun" if multirun else "outputs")
+    try:
+        check_creatable(Path(wanted), "output directory")
+    except ConfigError as error:
+        print(f"ga3c: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_hydra() -> None:
+    """main() with Hydra's own failures (an override of a key that does not exist, a malformed override, a
+    missing option, a run directory that cannot be created) said in one line, exit code 2, like bad values.
+    HYDRA_FULL_ERROR=1 makes Hydra raise them instead of printing its multi-line report; a user who set it
+    gets Hydra's full traceback as before."""
+    user_wants_traces = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    check_run_dir_override(sys.argv[1:])
+    try:
+        main()
+    except Exception as error:
+        if getattr(error, "ga3c_raised", False) or user_wants_traces:
+            raise
+        from ga3c.config import hydra_error_message
+
+        message = hydra_error_message(error)
+        if message is None:  # not a config problem: a bug, with its traceback
+            raise
+        print(f"ga3c: error: {message}", file=sys.stderr)
         sys.exit(2)
 
 
 if __name__ == "__main__":
-    check_run_dir_override(sys.argv[1:])
-    main()
+    run_hydra()

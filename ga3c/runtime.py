@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,20 +83,57 @@ def make_logger(cfg: DictConfig, output_dir: Path, wandb_id: str | None):
     """Lightning's W&B logger for the run, or False when W&B is disabled."""
     if cfg.wandb.mode == "disabled":
         return False
+    import wandb
     from pytorch_lightning.loggers import WandbLogger
 
-    return WandbLogger(project=cfg.wandb.project, entity=cfg.wandb.entity, group=cfg.wandb.group,
-                       tags=list(cfg.wandb.tags) or None, name=cfg.wandb.name, id=wandb_id, save_dir=str(output_dir),
-                       mode=cfg.wandb.mode, config=OmegaConf.to_container(cfg, resolve=True))
+    # W&B's banner and end-of-run tables repeat what summary.json and our progress line say; offline, its
+    # notice even points at the wrong switch (WANDB_MODE, not wandb.mode). Online keeps the run's link.
+    quiet = dict(silent=True) if cfg.wandb.mode == "offline" else dict(quiet=True)
+    logger = WandbLogger(project=cfg.wandb.project, entity=cfg.wandb.entity, group=cfg.wandb.group,
+                         tags=list(cfg.wandb.tags) or None, name=cfg.wandb.name, id=wandb_id, save_dir=str(output_dir),
+                         mode=cfg.wandb.mode, config=OmegaConf.to_container(cfg, resolve=True),
+                         settings=wandb.Settings(**quiet))
+    # Lightning always passes `anonymous` on to wandb.init, which warns that the setting has no effect.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
-def finish_wandb() -> None:
-    """End the W&B run and its service process so the next job of a multirun starts clean."""
+def start_wandb(logger, mode: str) -> None:
+    """Start the W&B run now, before any agent runs (a W&B that cannot start fails the start-up, and its
+    seconds of start-up do not stall the monitor's first window), and say in one line where it writes."""
+    if not logger:
+        return
+    run = logger.experiment
+    where = Path(run.dir).parent  # .../wandb/offline-run-DATE-ID (run.dir is its files/ folder)
+    if mode == "offline":
+        log.info("W&B offline run: `wandb sync %s` uploads it", where)
+    else:
+        log.info("W&B run %s", getattr(run, "url", None) or where)
+
+
+def quiet_libraries() -> None:
+    """Keep the console to our lines. What we cause is fixed where we cause it (W&B's settings in make_logger,
+    weights_only at the final save); this filters what libraries print whatever we pass."""
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_lightning_notices)
+    # Lightning's own utilities/_pytree.py uses torch's deprecated LeafSpec: a FutureWarning at the first batch.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+
+
+def _lightning_notices(record: logging.LogRecord) -> bool:
+    """Lightning's adverts for its cloud products (printed for every Trainer without LitLogger/litmodels) and
+    its list of accelerators this run does not use; ga3c_run logs the device and precision in one line."""
+    return not str(record.msg).startswith(("💡", "GPU available:", "TPU available:", "HPU available:"))
+
+
+def finish_wandb(exit_code: int = 0) -> None:
+    """End the W&B run (marked failed with a non-zero exit code) and its service process, so the next job of a
+    multirun starts clean and no run is left unfinished."""
     try:
         import wandb
 
         if wandb.run is not None:
-            wandb.finish()
+            wandb.finish(exit_code=exit_code)
         wandb.teardown()
     except Exception as error:  # noqa: BLE001 - tracking must never turn a finished run into a failure
         log.warning("W&B did not finish cleanly: %s", error)
@@ -163,6 +201,10 @@ class StopSignals:
             for handle in list(self.server.agents) + list(self.server._retiring.values()):
                 if handle is not None and handle.process.is_alive():
                     handle.process.kill()
+            try:  # os._exit skips every finally: free the shared memory here, not by the resource tracker
+                self.server.close()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
         stop_forkserver()
         os._exit(128 + signum)
 

@@ -50,8 +50,13 @@ class Server:
         self.random_actions = random_actions
         self.max_agents = max_agents
         self.buffers = SharedBuffers.create(max_agents, cfg.rollout_slots, cfg.t_max, obs_shape, obs_dtype)
-        self.prediction_queue = RecordPipe(PREDICTION_REQUEST)
-        self.training_queue = RecordPipe(ROLLOUT)
+        self.prediction_queue = self.training_queue = None
+        try:  # the segment exists now: a failure below must not leave it in /dev/shm
+            self.prediction_queue = RecordPipe(PREDICTION_REQUEST)
+            self.training_queue = RecordPipe(ROLLOUT)
+        except BaseException:
+            self.close()
+            raise
         self.batch_queue: queue.Queue = queue.Queue(maxsize=cfg.batch_queue_size)
         self.generations = np.zeros(max_agents, np.uint16)   # bumped each time a slot gets a new agent
         self.agents: list[AgentHandle | None] = [None] * max_agents
@@ -277,7 +282,17 @@ class Server:
                 self._retire_slot_counters(index)
 
     def close(self) -> None:
-        """Release OS resources (after shutdown and the final summary)."""
-        self.prediction_queue.close()
-        self.training_queue.close()
-        self.buffers.close(unlink=True)
+        """Release OS resources (after shutdown and the final summary). Safe after a failed start and twice."""
+        for pipe in (self.prediction_queue, self.training_queue):
+            if pipe is not None:
+                pipe.close()
+        # The name first: a numpy view still held somewhere (a traceback's frame) keeps the mapping from closing,
+        # but must not keep the segment in /dev/shm.
+        try:
+            self.buffers.shm.unlink()
+        except FileNotFoundError:  # closed before
+            pass
+        try:
+            self.buffers.close()
+        except BufferError:  # such a view: the mapping goes with the process
+            log.debug("shared memory still referenced; unlinked, unmapped at exit")

@@ -96,8 +96,8 @@ def test_env_exception_in_an_agent_is_logged_and_the_agent_replaced(tmp_path):
 
 @pytest.mark.slow
 def test_predictor_exception_stops_the_run_with_the_error_and_a_checkpoint(tmp_path):
-    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.RaisingNet", "+net.after=300",
-                       "max_frames=null", "wandb.mode=offline", check=False, timeout=120)
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.RaisingNet", "~net.init",
+                       "+net.after=300", "max_frames=null", "wandb.mode=offline", check=False, timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "predictor-0 raised" in result.stderr and "injected predictor fault" in result.stderr + result.stdout
     summary = read_summary(tmp_path)
@@ -109,7 +109,7 @@ def test_predictor_exception_stops_the_run_with_the_error_and_a_checkpoint(tmp_p
 
 @pytest.mark.slow
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
-    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.NaNNet", "+net.after=400",
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.NaNNet", "~net.init", "+net.after=400",
                        "checkpoint.every_minutes=0.01", "max_frames=null", "wandb.mode=disabled", check=False,
                        timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -233,7 +233,7 @@ BAD_INPUTS = [  # (overrides, words the message must contain)
     (["training_min_batch=-1"], ["training_min_batch"]),
     (["training_min_batch=300", "training_max_batch=100"], ["training_min_batch", "training_max_batch"]),
     (["prediction_max_batch=0"], ["prediction_max_batch"]),
-    (["learner.gamma=0"], ["learner.gamma"]),
+    (["learner.gamma=abc"], ["learner.gamma"]),
     (["learner.gamma=1.5"], ["learner.gamma"]),
     (["t_max=0"], ["t_max"]),
     (["learner.optimizer.lr=-1"], ["learner.optimizer.lr"]),
@@ -265,3 +265,117 @@ def test_bad_input_gets_a_clear_message(tmp_path, overrides, words):
         assert word in output, f"{word!r} not in: {output[-2000:]}"
     assert "Traceback" not in output, output[-3000:]
     assert not processes_with(str(run_dir))
+
+
+# --- a failure at any stage of start-up releases everything ------------------------------------------------
+def _injected(*args, **kwargs):
+    raise RuntimeError("injected start-up fault")
+
+
+def _after(original, error: BaseException):
+    """`original`, then fail: the stage did its work (started agents, a W&B run), then something went wrong."""
+    def wrapper(*args, **kwargs):
+        original(*args, **kwargs)
+        raise error
+    return wrapper
+
+
+def inject(stage: str, monkeypatch, run_dir: Path) -> None:
+    """Make one stage of GA3C's start-up (ga3c/ga3c_run.py, in order) fail."""
+    import errno
+
+    import pytorch_lightning as pl
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    import ga3c.ga3c_run as ga3c_run
+    import ga3c.server as server
+
+    if stage == "pipes":  # the shared-memory block exists, its queues cannot be made
+        monkeypatch.setattr(server, "RecordPipe", lambda dtype: (_ for _ in ()).throw(
+            OSError(errno.EMFILE, "Too many open files")))
+    elif stage == "monitor":
+        monkeypatch.setattr(ga3c_run, "Monitor", _injected)
+    elif stage == "logger":
+        monkeypatch.setattr(ga3c_run, "make_logger", _injected)
+    elif stage == "trainer":  # Lightning refuses an argument
+        def refuse(*args, **kwargs):
+            raise MisconfigurationException("injected: Lightning refuses an argument")
+        monkeypatch.setattr(pl, "Trainer", refuse)
+    elif stage == "wandb":  # the W&B run is up
+        monkeypatch.setattr(ga3c_run, "start_wandb", _after(ga3c_run.start_wandb, RuntimeError("injected W&B fault")))
+    elif stage == "agents":  # agent processes, predictor and trainer threads are up
+        monkeypatch.setattr(server.Server, "start", _after(server.Server.start, RuntimeError("injected start fault")))
+    elif stage in ("disk full", "final checkpoint"):  # every checkpoint, or only the one after training
+        from pytorch_lightning.trainer.states import TrainerStatus
+
+        original = pl.Trainer.save_checkpoint
+
+        def save(trainer, *args, **kwargs):
+            if stage == "disk full" or trainer.state.status == TrainerStatus.FINISHED:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(trainer, *args, **kwargs)
+        monkeypatch.setattr(pl.Trainer, "save_checkpoint", save)
+    elif stage == "periodic checkpoint":  # the checkpoint directory cannot be made (a file is in the way)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "checkpoints").write_text("in the way")
+
+
+STAGES = {  # stage: (extra overrides, what train() raises, message)
+    "pipes": ([], "RunFailed", "start-up failed: .*Too many open files"),
+    "monitor": ([], "RunFailed", "injected start-up fault"),
+    "logger": ([], "RunFailed", "injected start-up fault"),
+    "trainer": ([], "ConfigError", "trainer: Lightning refused the settings: injected"),
+    "wandb": ([], "RunFailed", "injected W&B fault"),
+    "agents": ([], "RunFailed", "injected start fault"),
+    "thread": (["net._target_=tests.faults.RaisingNet", "~net.init", "+net.after=30", "max_frames=null"],
+               "RunFailed", "predictor-0 raised"),
+    "disk full": ([], "RunFailed", "No space left on device"),
+    "final checkpoint": ([], "RunFailed", "the final checkpoint could not be written: .*No space left"),
+    "periodic checkpoint": (["checkpoint.every_minutes=0.001", "max_frames=null"], "RunFailed", "training raised"),
+}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkeypatch, stage):
+    """In-process (as a multirun job runs): after the failure no child process, no thread of ours, no
+    shared-memory segment, no W&B run left open or unfinished on disk; the error says what failed."""
+    import wandb
+
+    import ga3c.shared_memory as shared_memory
+    from ga3c.run import train
+    from wandb_records import unfinished_runs
+
+    created = []
+
+    class RecordedSharedMemory(shared_memory.SharedMemory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if kwargs.get("create"):
+                created.append(self.name)
+
+    monkeypatch.setattr(shared_memory, "SharedMemory", RecordedSharedMemory)
+    inject(stage, monkeypatch, tmp_path)
+    overrides, error_type, message = STAGES[stage]
+    cfg = compose_config("game=cartpole", "agents=2", "max_frames=3000", "log.progress=false", "wandb.mode=offline",
+                         *overrides, output_dir=tmp_path)
+    with pytest.raises(Exception, match=message) as raised:
+        train(cfg)
+    assert type(raised.value).__name__ == error_type, repr(raised.value)
+
+    def children():  # multiprocessing's resource tracker is one helper per Python process, not per run
+        return [p for p in descendants(os.getpid())
+                if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+    def our_threads():
+        return [t for t in threading.enumerate() if t.name.startswith(("predictor", "trainer", "watchdog"))]
+
+    assert wait_until(lambda: not children(), 10), [Path(f"/proc/{p}/cmdline").read_bytes() for p in children()]
+    assert wait_until(lambda: not our_threads(), 10), our_threads()
+    assert created, "the run never made its shared memory: the stage failed too early to test anything"
+    assert not [name for name in created if Path("/dev/shm", name).exists()]
+    assert wandb.run is None
+    assert not unfinished_runs(tmp_path)
+    if stage in ("wandb", "agents", "thread", "disk full", "final checkpoint"):  # the W&B run was up: finished, on disk
+        assert list(tmp_path.glob("wandb/offline-run-*/*.wandb"))
+    if (tmp_path / "summary.json").exists():
+        assert read_summary(tmp_path)["status"] == "failed"
