@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,34 @@ def run_command(cfg: DictConfig, arm: str, arm_overrides: list[str], seed: int, 
             f"wandb.name={cfg.game.name}-{arm}-seed{seed}", f"hydra.run.dir={run_dir}"]
 
 
+def run_to_end(command: list[str], output) -> int:
+    """Run one train.py to its end. Ctrl-C (or SIGTERM) stops that run gracefully (final checkpoint and
+    summary written), then the whole study: no run is left going and none is started after. A second Ctrl-C
+    is passed on as the run's own "exit at once". The run has its own session, so a terminal's Ctrl-C reaches
+    it only through here, exactly once."""
+    process = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait()
+            except KeyboardInterrupt:
+                process.send_signal(signal.SIGINT)
+                process.wait()
+        print("[learncurve] interrupted: the current run was stopped; no further run started", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def finished(run_dir: Path) -> bool:
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("status") == "finished"
@@ -66,7 +95,7 @@ def finished(run_dir: Path) -> bool:
 
 def read_curve(run_dir: Path) -> dict[str, list[float]]:
     """(wall seconds, frames, rolling score) of every logged window of a run."""
-    curve = dict(wall_seconds=[], frames=[], score=[])
+    curve = dict(wall_seconds=[], frames=[], score=[], policy_lag=[])
     path = run_dir / "metrics.jsonl"
     if path.exists():
         for line in path.read_text().splitlines():
@@ -78,6 +107,8 @@ def read_curve(run_dir: Path) -> dict[str, list[float]]:
             curve["frames"].append(float(row["frames"]))
             score = row.get("score_mean_100")
             curve["score"].append(math.nan if score is None else float(score))
+            lag = row.get("policy_lag_mean")
+            curve["policy_lag"].append(math.nan if lag is None else float(lag))
     return curve
 
 
@@ -87,6 +118,10 @@ def first_reach(curve: dict, threshold: float) -> tuple[float, float]:
         if score == score and score >= threshold:
             return wall, frames
     return math.inf, math.inf
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
 
 
 def median(values: list[float]) -> float:
@@ -116,7 +151,7 @@ def analyze(runs: dict[str, dict[int, Path]], thresholds: list[float]) -> dict:
                 run_dir=str(run_dir), curve=curve, final_score=scores[-1] if scores else math.nan,
                 best_score=max(scores) if scores else math.nan, frames=curve["frames"][-1],
                 wall_seconds=curve["wall_seconds"][-1], fps=summary.get("fps_run_mean", math.nan),
-                policy_lag=summary.get("policy_lag_mean", math.nan),
+                policy_lag=_mean([x for x in curve["policy_lag"] if x == x]),
                 reach={str(t): first_reach(curve, t) for t in thresholds})
         medians = {str(t): (median([s["reach"][str(t)][0] for s in per_seed.values()]),
                             median([s["reach"][str(t)][1] for s in per_seed.values()])) for t in thresholds}
@@ -136,7 +171,7 @@ def _fmt_frames(frames: float) -> str:
 def markdown(results: dict, title: str) -> str:
     thresholds = results["thresholds"]
     head = "| arm | seed | " + " | ".join(f"to {t:g}: time / frames" for t in thresholds) + \
-           " | final score | best | frames | frames/s | policy lag |"
+           " | final score | best | frames | frames/s | mean policy lag |"
     lines = [f"# {title}", "", head, "|" + " --- |" * (head.count("|") - 1)]
     for arm, data in results["arms"].items():
         for seed, s in sorted(data["seeds"].items()):
@@ -294,8 +329,7 @@ def main(cfg: DictConfig) -> None:
                 log.info("%s seed %d: %s", arm, seed, " ".join(command[1:]))
                 run_dir.mkdir(parents=True, exist_ok=True)
                 with open(run_dir / "train.log", "w") as output:
-                    code = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
-                                          env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode
+                    code = run_to_end(command, output)
                 if code:
                     log.warning("%s seed %d: train.py exited with %d (see %s); its curve so far is used",
                                 arm, seed, code, run_dir / "train.log")

@@ -16,7 +16,7 @@ def write_run(run_dir, rows):
     run_dir.mkdir(parents=True)
     with open(run_dir / "metrics.jsonl", "w") as f:
         for wall, frames, score in rows:
-            f.write(json.dumps(dict(wall_seconds=wall, frames=frames, score_mean_100=score)) + "\n")
+            f.write(json.dumps(dict(wall_seconds=wall, frames=frames, score_mean_100=score, policy_lag_mean=2.0)) + "\n")
         f.write('{"wall_seconds": 9')  # a line cut short by a killed run is skipped
     (run_dir / "summary.json").write_text(json.dumps(dict(status="finished", fps_run_mean=100.0, policy_lag_mean=2.0)))
 
@@ -71,3 +71,27 @@ def test_bad_arm_is_one_line(tmp_path):
                            f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "learncurve.arms: unknown arm" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "lc"
+    process = subprocess.Popen([sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=2", "minutes=5",
+                                "wandb.mode=disabled", f"hydra.run.dir={out}"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "ga3c" / "seed0" / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = json.loads((out / "ga3c" / "seed0" / "summary.json").read_text())
+    assert summary["stop_reason"] == "SIGINT" and summary["status"] == "finished"   # stopped gracefully
+    assert not (out / "ga3c" / "seed1").exists()                                     # and nothing after it
+    assert_no_leftovers(str(tmp_path))

@@ -41,9 +41,19 @@ def test_cartpole_learns_to_475(tmp_path):
 
 
 @pytest.mark.slow
+def test_cartpole_learns_to_475_with_vtrace(tmp_path):
+    run_train(tmp_path, "game=cartpole", "learner.correction=vtrace", "stop_score=475", "trainer.max_time=00:00:04:00",
+              "wandb.mode=disabled", timeout=330)
+    summary = read_summary(tmp_path)
+    assert summary["score_mean_100"] >= 475, summary
+    assert 0 < summary["vtrace_rho_mean"] <= 1.0   # the corrected learner really ran
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("game, net", [("pong", "small"), ("boxing", "large")])
 def test_atari_smoke(tmp_path, game, net):
-    run_train(tmp_path, f"game={game}", f"net={net}", "agents=4", "max_frames=6000", "training_min_batch=20")
+    run_train(tmp_path, f"game={game}", f"net={net}", "agents=4", "predictors=2", "trainers=2", "max_frames=6000", "training_min_batch=20")
     summary = read_summary(tmp_path)
     assert SUMMARY_KEYS <= set(summary), SUMMARY_KEYS - set(summary)
     assert summary["status"] == "finished" and summary["stop_reason"].startswith("reached max_frames")
