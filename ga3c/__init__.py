@@ -6,6 +6,8 @@ Data flow, one file per role:
       -> training queue (shared_memory.py)   -> trainer.py (threads, batch assembly, IterableDataset)
       -> learner.py (LightningModule: the one actor-critic of networks.py)
     server.py starts and stops them all; monitor.py measures; autotune.py changes the counts.
+Runs: run.py hands a config to its algo= module (ga3c_run.py, a3c.py, ceiling.py), all over runtime.py.
+Studies: bench.py (throughput), learncurve.py (score against wall time), report.py; probe_envs.py (game=cue).
 
 This package must stay importable without torch: agent processes import it.
 """
