@@ -109,7 +109,7 @@ def test_play_argument_errors(untrained_run, tmp_path, capsys):
 def test_trained_cartpole_checkpoint_plays_better_than_chance_with_training_video(tmp_path):
     """Train CartPole for real (with a training video every ~2 s), then evaluate its checkpoint with W&B offline."""
     run = tmp_path / "run"
-    run_train(run, "game=cartpole", "max_frames=20000", "video.every_minutes=0.03", "video.max_steps=300",
+    run_train(run, "game=cartpole", "max_frames=60000", "video.every_minutes=0.03", "video.max_steps=300",
               "wandb.mode=offline")
     assert read_summary(run)["status"] == "finished"
     videos = sorted((run / "videos").glob("*.mp4"))
