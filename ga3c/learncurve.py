@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -194,8 +195,7 @@ def _interp(xs: list[float], ys: list[float], grid):
     keep = ~np.isnan(ys)
     if keep.sum() < 2:
         return np.full(len(grid), np.nan)
-    out = np.interp(grid, xs[keep], ys[keep], left=np.nan, right=np.nan)
-    return out
+    return np.interp(grid, xs[keep], ys[keep], left=np.nan, right=np.nan)
 
 
 def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
@@ -217,12 +217,9 @@ def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
             end = max(max(c[key]) for c in curves)
             grid = np.linspace(0, end, grid_points)
             stacked = np.vstack([_interp(c[key], c["score"], grid) for c in curves])
-            with np.errstate(all="ignore"):
-                import warnings
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    middle = np.nanmedian(stacked, axis=0)
+            with warnings.catch_warnings():  # grid points no seed covers are NaN, and stay so
+                warnings.simplefilter("ignore", RuntimeWarning)
+                middle = np.nanmedian(stacked, axis=0)
             axis.plot(grid / scale, middle, color=color, linewidth=2.2,
                       label=f"{arm} (median of {len(curves)})")
     for threshold in results["thresholds"]:
