@@ -1,8 +1,10 @@
 """Train GA3C (or the A3C baseline) on a game: `python train.py game=boxing net=large`."""
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 import hydra
@@ -72,6 +74,7 @@ def run_hydra() -> None:
     missing option, a run directory that cannot be created) said in one line, exit code 2, like bad values.
     HYDRA_FULL_ERROR=1 makes Hydra raise them instead of printing its multi-line report; a user who set it
     gets Hydra's full traceback as before."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints every thread's stack
     user_wants_traces = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     check_run_dir_override(sys.argv[1:])

@@ -8,6 +8,7 @@ V(s) of the state after the last step; the last transition of every episode is t
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -17,6 +18,10 @@ import numpy as np
 
 from ga3c.env import make_env
 from ga3c.shared_memory import ANSWER_READY, PREDICTION_REQUEST, ROLLOUT, SharedBuffers
+
+# `kill -USR1 PID` prints where a stuck process is, for every Python process of a run: this module is imported
+# by the server, preloaded by the forkserver and run by every agent.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 class AgentStopped(Exception):

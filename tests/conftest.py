@@ -74,13 +74,50 @@ def train_command(run_dir: Path, *overrides: str) -> list[str]:
 def run_train(run_dir: Path, *overrides: str, timeout: float = 300, check: bool = True,
               env: dict | None = None) -> subprocess.CompletedProcess:
     """Run train.py as a subprocess; fail with its output if it fails (when check). Its processes carry
-    GA3C_TEST_MARKER=<run_dir> so leftovers can be found."""
+    GA3C_TEST_MARKER=<run_dir> so leftovers can be found. A run still going after `timeout` is asked for
+    every thread's stack (SIGUSR1: train.py and the agents dump them to stderr), killed, and the test fails
+    with those stacks: a hang that happens once in many runs is then diagnosable from the CI log."""
     environment = dict(os.environ, GA3C_TEST_MARKER=str(run_dir), **(env or {}))
-    result = subprocess.run(train_command(run_dir, *overrides), cwd=REPO, capture_output=True, text=True,
-                            timeout=timeout, env=environment)
+    command = train_command(run_dir, *overrides)
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        dump_stacks(str(run_dir))
+        try:
+            stdout, stderr = process.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        kill_marked(str(run_dir))
+        pytest.fail(f"train.py still running after {timeout:.0f} s; stacks (SIGUSR1) and output:\n"
+                    f"{stdout[-3000:]}\n{stderr[-12000:]}")
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         pytest.fail(f"train.py failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result
+
+
+def dump_stacks(marker: str) -> None:
+    """SIGUSR1 to the run's Python processes (train.py, the forkserver, agents): faulthandler prints their
+    threads' stacks to the run's stderr, and they go on."""
+    for pid in processes_with(marker):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"python" in command.split(b"\0")[0] and b"resource_tracker" not in command:  # not W&B's service
+                os.kill(pid, signal.SIGUSR1)
+        except (OSError, ProcessLookupError):
+            continue
+    time.sleep(2)
+
+
+def kill_marked(marker: str) -> None:
+    for pid in processes_with(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def read_summary(run_dir: Path) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, assert_no_leftovers, compose_config, descendants, processes_with, read_summary,
-                      run_train, train_command, wait_until)
+from conftest import (REPO, assert_no_leftovers, compose_config, descendants, dump_stacks, processes_with,
+                      read_summary, run_train, train_command, wait_until)
 
 
 def balanced(summary: dict) -> bool:
@@ -180,6 +180,28 @@ def test_second_ctrl_c_exits_at_once_without_children(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode in (0, 130)  # 0 if the graceful stop finished before the second signal
+
+
+@pytest.mark.slow
+def test_sigusr1_prints_every_threads_stack_and_the_run_goes_on(tmp_path):
+    """How a rare hang is diagnosed (run_train does this to a test run that overstays its timeout): SIGUSR1
+    makes train.py and its agents print where each of their threads is, and the run carries on."""
+    process = start_run(tmp_path, "game=cartpole", "agents=2", "max_frames=null", "wandb.mode=disabled")
+    try:
+        summary_when(tmp_path, lambda s: s["updates"] > 10, 120)
+        dump_stacks(str(tmp_path))
+        updates = read_summary(tmp_path)["updates"]
+        summary_when(tmp_path, lambda s: s["updates"] > updates, 60)   # still training
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+        assert_no_leftovers(str(tmp_path))
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output[-3000:]
+    assert "Thread 0x" in output
+    assert "predictor.py" in output and "trainer.py" in output   # train.py's threads
+    assert "in run_agent" in output                              # an agent process's stack
 
 
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
