@@ -210,4 +210,7 @@ class A3CRun:
 
 def train_a3c(cfg: DictConfig) -> dict:
     """Train with the CPU A3C baseline; returns the final metrics (also in OUTPUT_DIR/summary.json)."""
+    if cfg.learner.get("correction", "none") != "none":
+        log.info("A3C learns on-policy (each worker trains its own rollout with its own current copy of the "
+                 "network): learner.correction=%s does not apply and is not used", cfg.learner.correction)
     return A3CRun(cfg).run()

@@ -31,14 +31,8 @@ def train_ceiling(cfg: DictConfig) -> dict:
     counters = Counters()
     learner = Learner(model, instantiate(cfg.learner.optimizer), counters=counters)
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, cfg.agents, random_actions=True)
-    monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
-    server.monitor = monitor
-    wandb_id = wandb_run_id(cfg)
-    logger = make_logger(cfg, output_dir, wandb_id)
-    if logger:
-        logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
-    max_time = parse_max_time(cfg.trainer.get("max_time"))
-    status, received = "failed", []
+    # From here on every path out, a failing monitor or W&B start included, frees the server's shared memory.
+    status, received, previous, monitor, metrics = "failed", [], {}, None, {}
 
     def on_signal(signum, frame):  # first: graceful stop; second: kill the agents and exit
         received.append(signum)
@@ -51,8 +45,14 @@ def train_ceiling(cfg: DictConfig) -> dict:
         stop_forkserver()
         os._exit(128 + signum)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
+        server.monitor = monitor
+        logger = make_logger(cfg, output_dir, wandb_run_id(cfg))
+        if logger:
+            logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
+        max_time = parse_max_time(cfg.trainer.get("max_time"))
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
         server.start()
         while not server.stopping.wait(0.2):
@@ -62,12 +62,15 @@ def train_ceiling(cfg: DictConfig) -> dict:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        server.shutdown()
-        metrics = monitor.tick(force=True) or monitor.latest
-        monitor.write_summary(metrics, status=status)
-        finish_wandb()
-        server.close()
-        stop_forkserver()
+        try:
+            server.shutdown()
+            if monitor is not None:
+                metrics = monitor.tick(force=True) or monitor.latest
+                monitor.write_summary(metrics, status=status)
+        finally:
+            finish_wandb()
+            server.close()
+            stop_forkserver()
     if server.error is not None:
         raise server.error
     return metrics

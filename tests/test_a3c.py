@@ -182,7 +182,7 @@ def test_a3c_stops_cleanly_on_sigterm_and_resumes(tmp_path):
     run_dir = tmp_path / "a3c"
     env = dict(os.environ, GA3C_TEST_MARKER=str(run_dir))
     process = subprocess.Popen(train_command(run_dir, "algo=a3c", "game=cartpole", "agents=2", "max_frames=null",
-                                             "wandb.mode=disabled"), cwd=REPO, env=env,
+                                             "wandb.mode=disabled", "learner.correction=vtrace"), cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert wait_until(lambda: (run_dir / "summary.json").exists() and read_summary(run_dir)["frames"] > 500,
@@ -193,6 +193,7 @@ def test_a3c_stops_cleanly_on_sigterm_and_resumes(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output[-3000:]
+    assert "learner.correction=vtrace does not apply" in output   # said once, not silently ignored
     summary = read_summary(run_dir)
     assert summary["status"] == "finished" and summary["stop_reason"] == "SIGTERM"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -357,15 +357,9 @@ STAGES = {  # stage: (extra overrides, what train() raises, message)
 }
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkeypatch, stage):
-    """In-process (as a multirun job runs): after the failure no child process, no thread of ours, no
-    shared-memory segment, no W&B run left open or unfinished on disk; the error says what failed."""
-    import wandb
-
+def record_shared_memory(monkeypatch) -> list[str]:
+    """The names of the shared-memory segments the code under test creates, from now on."""
     import ga3c.shared_memory as shared_memory
-    from ga3c.run import train
-    from wandb_records import unfinished_runs
 
     created = []
 
@@ -376,6 +370,24 @@ def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkey
                 created.append(self.name)
 
     monkeypatch.setattr(shared_memory, "SharedMemory", RecordedSharedMemory)
+    return created
+
+
+def children() -> list[int]:
+    """This process's live children (multiprocessing's resource tracker is one helper per process, not per run)."""
+    return [p for p in descendants(os.getpid()) if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkeypatch, stage):
+    """In-process (as a multirun job runs): after the failure no child process, no thread of ours, no
+    shared-memory segment, no W&B run left open or unfinished on disk; the error says what failed."""
+    import wandb
+
+    from ga3c.run import train
+    from wandb_records import unfinished_runs
+
+    created = record_shared_memory(monkeypatch)
     inject(stage, monkeypatch, tmp_path)
     overrides, error_type, message = STAGES[stage]
     cfg = compose_config("game=cartpole", "agents=2", "max_frames=3000", "log.progress=false", "wandb.mode=offline",
@@ -383,10 +395,6 @@ def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkey
     with pytest.raises(Exception, match=message) as raised:
         train(cfg)
     assert type(raised.value).__name__ == error_type, repr(raised.value)
-
-    def children():  # multiprocessing's resource tracker is one helper per Python process, not per run
-        return [p for p in descendants(os.getpid())
-                if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
 
     def our_threads():
         return [t for t in threading.enumerate() if t.name.startswith(("predictor", "trainer", "watchdog"))]
@@ -401,3 +409,23 @@ def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkey
         assert list(tmp_path.glob("wandb/offline-run-*/*.wandb"))
     if (tmp_path / "summary.json").exists():
         assert read_summary(tmp_path)["status"] == "failed"
+
+
+@pytest.mark.parametrize("stage", ["monitor", "logger", "agents"])
+def test_a_failure_in_the_ceilings_start_up_releases_everything(tmp_path, monkeypatch, stage):
+    """algo=ceiling (the env-only benchmark arm) frees its shared memory and processes however it fails."""
+    import ga3c.ceiling as ceiling
+    import ga3c.server as server
+    from ga3c.run import train
+
+    created = record_shared_memory(monkeypatch)
+    if stage == "agents":
+        monkeypatch.setattr(server.Server, "start", _after(server.Server.start, RuntimeError("injected start fault")))
+    else:
+        monkeypatch.setattr(ceiling, {"monitor": "Monitor", "logger": "make_logger"}[stage], _injected)
+    cfg = compose_config("algo=ceiling", "game=cartpole", "agents=2", "max_frames=3000", "log.progress=false",
+                         "wandb.mode=offline", output_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="injected"):
+        train(cfg)
+    assert wait_until(lambda: not children(), 10)
+    assert created and not [name for name in created if Path("/dev/shm", name).exists()]
