@@ -95,7 +95,7 @@ class A3CRun:
             self.request_stop(name)
             return
         self.agents.kill()
-        stop_forkserver()
+        stop_forkserver(timeout=0)
         os._exit(128 + signum)
 
     def _on_events(self, events: list) -> None:

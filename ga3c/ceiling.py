@@ -42,7 +42,7 @@ def train_ceiling(cfg: DictConfig) -> dict:
         for handle in server.agents:
             if handle is not None and handle.process.is_alive():
                 handle.process.kill()
-        stop_forkserver()
+        stop_forkserver(timeout=0)
         os._exit(128 + signum)
 
     try:

@@ -205,7 +205,7 @@ class StopSignals:
                 self.server.close()
             except Exception:  # noqa: BLE001 - exiting anyway
                 pass
-        stop_forkserver()
+        stop_forkserver(timeout=0)
         os._exit(128 + signum)
 
     def __exit__(self, *exc) -> None:

@@ -6,6 +6,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 
@@ -27,14 +28,36 @@ def process_context() -> mp.context.BaseContext:
     return ctx
 
 
-def stop_forkserver() -> None:
-    """The forkserver outlives its children; end it so a finished run leaves no process behind."""
-    from multiprocessing import forkserver
+def stop_forkserver(timeout: float = 5.0) -> None:
+    """The forkserver outlives its children; end it so a run leaves no process behind. It is asked to go (EOF
+    on its alive pipe) and killed if it has not gone within `timeout` seconds (0: at once, for the exit-at-once
+    paths). By hand, not multiprocessing's `_stop()`: that waits for ever, and a forkserver still importing its
+    preload, or serving a start a signal interrupted, does not answer (a double Ctrl-C during start-up hung)."""
+    from multiprocessing import forkserver, util
 
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
     try:
-        forkserver._forkserver._stop()
-    except Exception:  # noqa: BLE001 - an old or never-started forkserver: nothing to stop
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        deadline = time.monotonic() + timeout
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+    except OSError:  # already reaped or gone
         pass
+    address = server._forkserver_address
+    server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+    if address and not util.is_abstract_socket_namespace(address):
+        try:
+            os.unlink(address)
+        except OSError:
+            pass
 
 
 class AgentHandle:

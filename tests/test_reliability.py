@@ -204,6 +204,51 @@ def test_sigusr1_prints_every_threads_stack_and_the_run_goes_on(tmp_path):
     assert "in run_agent" in output                              # an agent process's stack
 
 
+def test_stopping_the_forkserver_is_bounded_even_while_it_is_busy():
+    """multiprocessing's own stop waits for ever on a forkserver that does not answer (here: still importing
+    its preload; in the wild: a double Ctrl-C during start-up); ours kills it after the timeout and reaps it."""
+    from multiprocessing import forkserver
+
+    from ga3c.server import stop_forkserver
+
+    stop_forkserver()  # whatever an earlier test left running
+    forkserver.set_forkserver_preload(["slow_import"])
+    try:
+        forkserver.ensure_running()
+        pid = forkserver._forkserver._forkserver_pid
+        started = time.monotonic()
+        stop_forkserver(timeout=0.5)
+        assert time.monotonic() - started < 3
+        assert not Path(f"/proc/{pid}").exists()   # killed and reaped, not a zombie
+        stop_forkserver()                          # a second stop is a no-op
+    finally:
+        forkserver.set_forkserver_preload([])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ga3c", "a3c"])
+def test_double_ctrl_c_while_agents_start_exits_at_once(tmp_path, algo):
+    """Two SIGINTs the moment the forkserver exists (agents are being started): out within 10 s, nothing left.
+    This once hung in A3C: the exit-at-once path waited for a forkserver that was still busy."""
+    process = start_run(tmp_path, f"algo={algo}", "game=pong", "agents=2", "max_frames=null", "wandb.mode=disabled")
+    try:
+        def forkserver_up():
+            try:
+                return any(b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes() for p in descendants(process.pid))
+            except OSError:  # a process that just went
+                return False
+        assert wait_until(forkserver_up, 120, interval=0.02), "the run never started its agents"
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+        assert_no_leftovers(str(tmp_path), timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode in (0, 130)
+
+
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
     """What Hydra's basic launcher does in a multirun: after each job, no child process, no extra thread,
     no shared-memory segment, no open W&B run."""
