@@ -107,12 +107,13 @@ def dump_stacks(marker: str) -> None:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"python" in command.split(b"\0")[0] and b"resource_tracker" not in command:  # not W&B's service
                 os.kill(pid, signal.SIGUSR1)
-        except (OSError, ProcessLookupError):
+        except OSError:  # gone meanwhile
             continue
     time.sleep(2)
 
 
 def kill_marked(marker: str) -> None:
+    """SIGKILL to every live process of the run marked `marker`."""
     for pid in processes_with(marker):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -137,9 +138,5 @@ def assert_no_leftovers(marker: str, timeout: float = 10.0) -> None:
     """No process of the run marked `marker` may outlive it (give them `timeout` to exit); kill any that do."""
     wait_until(lambda: not processes_with(marker), timeout)
     leftovers = processes_with(marker)
-    for pid in leftovers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_marked(marker)
     assert not leftovers, f"processes left behind: {leftovers}"
