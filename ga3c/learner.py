@@ -179,7 +179,8 @@ class Learner(pl.LightningModule):
         if not torch.isfinite(norm):
             raise FloatingPointError(f"gradient norm is {norm.item()} at update {self.version}: training stopped; "
                                      "the last checkpoint is intact")
-        self.last_metrics["grad_norm"] = norm.detach()
+        # A new dict, never a change to the published one: the monitor thread may be iterating it right now.
+        self.last_metrics = self.last_metrics | {"grad_norm": norm.detach()}
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self._step_start = time.perf_counter()

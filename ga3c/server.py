@@ -232,6 +232,14 @@ class Server:
 
     # --- supervision ---------------------------------------------------------------------------------
     def _watch(self) -> None:
+        """The supervisor: replaces dead agents, stops the run at max_frames or a stall, ticks the monitor. If it
+        raised and died silently nothing would stop the run (a test run once hung so): it fails the run instead."""
+        try:
+            self._supervise()
+        except BaseException as error:  # noqa: BLE001
+            self.fail(f"watchdog raised {error!r}", error)
+
+    def _supervise(self) -> None:
         max_frames = self.cfg.max_frames
         stall_seconds = float(self.cfg.get("stall_seconds") or 0)
         last_produced, last_progress = self.produced_steps(), time.monotonic()

@@ -372,6 +372,14 @@ def inject(stage: str, monkeypatch, run_dir: Path) -> None:
         monkeypatch.setattr(ga3c_run, "start_wandb", _after(ga3c_run.start_wandb, RuntimeError("injected W&B fault")))
     elif stage == "agents":  # agent processes, predictor and trainer threads are up
         monkeypatch.setattr(server.Server, "start", _after(server.Server.start, RuntimeError("injected start fault")))
+    elif stage == "watchdog":  # the supervising thread itself raises: the run must fail, not run on unsupervised
+        original = server.Server._reap
+
+        def reap(self, timeout):
+            if threading.current_thread().name == "watchdog":
+                raise RuntimeError("injected watchdog fault")
+            return original(self, timeout)
+        monkeypatch.setattr(server.Server, "_reap", reap)
     elif stage in ("disk full", "final checkpoint"):  # every checkpoint, or only the one after training
         from pytorch_lightning.trainer.states import TrainerStatus
 
@@ -399,6 +407,7 @@ STAGES = {  # stage: (extra overrides, what train() raises, message)
     "disk full": ([], "RunFailed", "No space left on device"),
     "final checkpoint": ([], "RunFailed", "the final checkpoint could not be written: .*No space left"),
     "periodic checkpoint": (["checkpoint.every_minutes=0.001", "max_frames=null"], "RunFailed", "training raised"),
+    "watchdog": (["max_frames=null"], "RunFailed", "watchdog raised"),
 }
 
 

@@ -128,7 +128,7 @@ def test_two_job_cartpole_multirun_then_report(tmp_path):
     the study's group, nothing left running; then the report from the multirun directory."""
     sweep_dir = tmp_path / "multirun"
     env = dict(os.environ, GA3C_TEST_MARKER=str(sweep_dir))
-    result = subprocess.run([sys.executable, "train.py", "-m", "experiment=cartpole_demo", "max_frames=8000",
+    result = subprocess.run([sys.executable, "train.py", "-m", "experiment=cartpole_demo", "max_frames=30000",
                              f"hydra.sweep.dir={sweep_dir}", "log.every_seconds=1", "log.progress=false",
                              "wandb.mode=offline"], cwd=REPO, capture_output=True, text=True, timeout=400, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
@@ -136,8 +136,9 @@ def test_two_job_cartpole_multirun_then_report(tmp_path):
     ids = set()
     for run in runs:
         summary = read_summary(run)
-        assert summary["status"] == "finished" and summary["frames"] >= 8000
+        assert summary["status"] == "finished" and summary["frames"] >= 30000
         history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        # logged while running, not only at the end (30k frames: 2.5 s or more even on a fast machine)
         assert len(history) >= 2 and history[-1]["frames"] == summary["frames"]
         [offline] = list((run / "wandb").glob("offline-run-*"))
         ids.add(offline.name)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ga3c.agent import discounted_returns, run_agent
-from ga3c.learner import AUTOCAST_DTYPES, RMSpropTF, a3c_loss, resolve_precision
+from ga3c.learner import AUTOCAST_DTYPES, Learner, RMSpropTF, a3c_loss, resolve_precision
 from ga3c.monitor import Counters
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.predictor import Predictor
@@ -139,6 +139,19 @@ def test_advantage_does_not_train_the_value_through_the_policy_term():
     out = a3c_loss(torch.zeros(1, 2), values, torch.tensor([0]), torch.tensor([3.0]), 0.0, 1e-6, 0.0, "sum")
     out["loss"].backward()
     assert values.grad is None or values.grad.abs().sum() == 0
+
+
+def test_the_learner_replaces_its_published_metrics_never_changes_them():
+    """The monitor (watchdog thread) iterates learner.last_metrics while the learner steps on: a dict once
+    published must not change size (adding grad_norm to it crashed the watchdog once, and the run hung)."""
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.Adam(params, lr=1e-3))
+    logits, values = learner.model(torch.zeros(3, 4))
+    (logits.sum() + values.sum()).backward()
+    published = {"loss": torch.tensor(1.0)}
+    learner.last_metrics = published
+    learner.on_before_optimizer_step(None)
+    assert published == {"loss": torch.tensor(1.0)}
+    assert set(learner.last_metrics) == {"loss", "grad_norm"} and learner.last_metrics["grad_norm"] > 0
 
 
 def test_rmsprop_tf_matches_tensorflow_formula():
