@@ -101,12 +101,14 @@ def run_train(run_dir: Path, *overrides: str, timeout: float = 300, check: bool 
 
 def dump_stacks(marker: str) -> None:
     """SIGUSR1 to the run's Python processes (train.py, the forkserver, agents): faulthandler prints their
-    threads' stacks to the run's stderr, and they go on."""
+    threads' stacks to the run's stderr, and they go on. One process at a time: dumps written at once to the
+    same pipe interleave mid-line (seen in CI: 'in run_agent' split by another agent's 'Current thread')."""
     for pid in processes_with(marker):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"python" in command.split(b"\0")[0] and b"resource_tracker" not in command:  # not W&B's service
                 os.kill(pid, signal.SIGUSR1)
+                time.sleep(0.3)  # a dump takes well under a millisecond; this keeps them apart
         except OSError:  # gone meanwhile
             continue
     time.sleep(2)
