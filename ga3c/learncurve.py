@@ -5,8 +5,9 @@
     python -m ga3c.learncurve game=cartpole seeds=3 minutes=1 hydra.run.dir=runs/cp   # then again: resumes
 
 Each run is its own `python train.py` process (the overrides given here, the arm's, `seed=`, the budget as
-`trainer.max_time`), one after another, into OUTPUT_DIR/ARM/seedN. Finished runs found there are not run again,
-so a study can be extended or resumed; `learncurve.analyze_only=true` only reads them. From every run's
+`trainer.max_time`), one after another, into OUTPUT_DIR/ARM/seedN. A run found there that ended on this same
+budget is not run again, so a study can be extended or resumed (its metrics.jsonl and summary.json are all it
+needs); any other (interrupted, failed, another budget) is renamed seedN.earlier-K and run again; `learncurve.analyze_only=true` only reads them. From every run's
 metrics.jsonl it writes into OUTPUT_DIR:
     learncurve.md    wall time and frames to each threshold, per run and the median over seeds (a seed that
                      never got there counts as slower than the budget); the final score; frames/s
@@ -87,11 +88,29 @@ def run_to_end(command: list[str], output) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def finished(run_dir: Path) -> bool:
+def finished(run_dir: Path, minutes: float) -> bool:
+    """A run that ended on its wall-clock budget, and that budget was `minutes` (within a minute or 5 %):
+    only such a run is kept. An interrupted run, a failed one, or one of another budget (a 15-minute first
+    look found where 60 minutes are asked) is not."""
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") == "finished"
+        summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return False
+    budget = 60.0 * minutes
+    return (summary.get("status") == "finished" and summary.get("stop_reason") == "trainer.max_time"
+            and abs(float(summary.get("wall_seconds", 0.0)) - budget) <= max(60.0, 0.05 * budget))
+
+
+def move_aside(run_dir: Path) -> Path | None:
+    """Rename a run directory that will not be used (interrupted, failed, another budget) to seedN.earlier-K,
+    so running this seed again loses nothing."""
+    if not run_dir.exists():
+        return None
+    k = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.earlier-{k}")).exists():
+        k += 1
+    run_dir.rename(aside)
+    return aside
 
 
 def read_curve(run_dir: Path) -> dict[str, list[float]]:
@@ -319,9 +338,13 @@ def main(cfg: DictConfig) -> None:
     if not cfg.learncurve.analyze_only:
         for arm, overrides in arms.items():
             for seed, run_dir in runs[arm].items():
-                if finished(run_dir) and not cfg.learncurve.rerun:
+                if finished(run_dir, float(minutes)) and not cfg.learncurve.rerun:
                     log.info("%s seed %d: finished run found in %s, not run again", arm, seed, run_dir)
                     continue
+                aside = move_aside(run_dir)
+                if aside is not None:
+                    log.info("%s seed %d: %s is not a finished %g-minute run; kept as %s, running it again",
+                             arm, seed, run_dir, minutes, aside)
                 command = run_command(cfg, arm, overrides, seed, run_dir)
                 log.info("%s seed %d: %s", arm, seed, " ".join(command[1:]))
                 run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, assert_no_leftovers
-from ga3c.learncurve import analyze, first_reach, markdown, max_time, median
+from ga3c.learncurve import analyze, finished, first_reach, markdown, max_time, median, move_aside
 
 
 def write_run(run_dir, rows):
@@ -28,6 +28,24 @@ def test_first_reach_and_median_count_never_as_slowest():
     assert median([30.0, math.inf, 10.0]) == 30.0          # 2 of 3 seeds got there
     assert median([30.0, math.inf, math.inf]) == math.inf  # only 1 of 3: the median never did
     assert max_time(30) == "00:00:30:00" and max_time(0.25) == "00:00:00:15" and max_time(90) == "00:01:30:00"
+
+
+def test_only_a_run_that_ended_on_the_same_budget_is_kept(tmp_path):
+    def run(name, **summary):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+        return tmp_path / name
+
+    on_time = dict(status="finished", stop_reason="trainer.max_time")
+    assert finished(run("a", wall_seconds=3590.0, **on_time), 60)
+    assert not finished(run("b", wall_seconds=902.0, **on_time), 60)    # a 15-minute look where 60 are asked
+    assert not finished(run("c", wall_seconds=3590.0, status="finished", stop_reason="SIGINT"), 60)
+    assert not finished(run("d", wall_seconds=3590.0, status="failed", stop_reason="trainer.max_time"), 60)
+    assert not finished(tmp_path / "missing", 60)
+    assert move_aside(tmp_path / "b") == tmp_path / "b.earlier-1" and not (tmp_path / "b").exists()
+    run("b", wall_seconds=1.0)
+    assert move_aside(tmp_path / "b") == tmp_path / "b.earlier-2"
+    assert move_aside(tmp_path / "missing") is None
 
 
 def test_analyze_and_table(tmp_path):
@@ -94,4 +112,14 @@ def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
     summary = json.loads((out / "ga3c" / "seed0" / "summary.json").read_text())
     assert summary["stop_reason"] == "SIGINT" and summary["status"] == "finished"   # stopped gracefully
     assert not (out / "ga3c" / "seed1").exists()                                     # and nothing after it
+    assert_no_leftovers(str(tmp_path))
+    # run again: the interrupted seed is kept aside, not reused, and run anew
+    again = subprocess.run([sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=1", "minutes=0.1",
+                            "wandb.mode=disabled", f"hydra.run.dir={out}"], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "kept as" in again.stdout + again.stderr
+    kept = json.loads((out / "ga3c" / "seed0.earlier-1" / "summary.json").read_text())
+    assert kept["stop_reason"] == "SIGINT"
+    assert json.loads((out / "ga3c" / "seed0" / "summary.json").read_text())["stop_reason"] == "trainer.max_time"
     assert_no_leftovers(str(tmp_path))
