@@ -3,8 +3,6 @@ and no training: the frames/s the envs and agent processes alone reach on this m
 (`python -m ga3c.bench`) runs it as an arm; `python train.py algo=ceiling` runs it on its own."""
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,7 +14,7 @@ from ga3c.config import check_output_dir
 from ga3c.env import env_spec
 from ga3c.learner import Learner
 from ga3c.monitor import Counters, Monitor
-from ga3c.runtime import finish_wandb, make_logger, parse_max_time, wandb_run_id
+from ga3c.runtime import StopSignals, finish_wandb, make_logger, parse_max_time, wandb_run_id
 from ga3c.server import Server, stop_forkserver
 
 
@@ -32,45 +30,32 @@ def train_ceiling(cfg: DictConfig) -> dict:
     learner = Learner(model, instantiate(cfg.learner.optimizer), counters=counters)
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, cfg.agents, random_actions=True)
     # From here on every path out, a failing monitor or W&B start included, frees the server's shared memory.
-    status, received, previous, monitor, metrics = "failed", [], {}, None, {}
-
-    def on_signal(signum, frame):  # first: graceful stop; second: kill the agents and exit
-        received.append(signum)
-        if len(received) == 1:
-            server.request_stop(signal.Signals(signum).name)
-            return
-        for handle in server.agents:
-            if handle is not None and handle.process.is_alive():
-                handle.process.kill()
-        stop_forkserver(timeout=0)
-        os._exit(128 + signum)
-
-    try:
-        monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
-        server.monitor = monitor
-        logger = make_logger(cfg, output_dir, wandb_run_id(cfg))
-        if logger:
-            logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
-        max_time = parse_max_time(cfg.trainer.get("max_time"))
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
-        server.start()
-        while not server.stopping.wait(0.2):
-            if max_time is not None and monitor.wall_seconds() >= max_time:
-                server.request_stop("trainer.max_time")
-        status = "failed" if server.error else "finished"
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    status, monitor, metrics = "failed", None, {}
+    with StopSignals() as stop_signals:  # first Ctrl-C/SIGTERM: stop gracefully; second: kill agents, exit
+        stop_signals.attach(server)
         try:
-            server.shutdown()
-            if monitor is not None:
-                metrics = monitor.tick(force=True) or monitor.latest
-                monitor.write_summary(metrics, status=status)
+            monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window)
+            server.monitor = monitor
+            logger = make_logger(cfg, output_dir, wandb_run_id(cfg))
+            if logger:
+                logger.experiment  # start W&B now: lazily, its first log would stall the monitor for seconds
+            max_time = parse_max_time(cfg.trainer.get("max_time"))
+            monitor.on_fit_start(SimpleNamespace(logger=logger or None), learner)
+            server.start()
+            while not server.stopping.wait(0.2):
+                if max_time is not None and monitor.wall_seconds() >= max_time:
+                    server.request_stop("trainer.max_time")
+            status = "failed" if server.error else "finished"
         finally:
-            finish_wandb()
-            server.close()
-            stop_forkserver()
+            try:
+                server.shutdown()
+                if monitor is not None:
+                    metrics = monitor.tick(force=True) or monitor.latest
+                    monitor.write_summary(metrics, status=status)
+            finally:
+                finish_wandb()
+                server.close()
+                stop_forkserver()
     if server.error is not None:
         raise server.error
     return metrics

@@ -231,7 +231,7 @@ def test_stopping_the_forkserver_is_bounded_even_while_it_is_busy():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ga3c", "a3c"])
+@pytest.mark.parametrize("algo", ["ga3c", "a3c", "ceiling"])
 def test_double_ctrl_c_while_agents_start_exits_at_once(tmp_path, algo):
     """Two SIGINTs the moment the forkserver exists (agents are being started): out within 10 s, nothing left.
     This once hung in A3C: the exit-at-once path waited for a forkserver that was still busy."""
