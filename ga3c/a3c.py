@@ -213,4 +213,7 @@ def train_a3c(cfg: DictConfig) -> dict:
     if cfg.learner.get("correction", "none") != "none":
         log.info("A3C learns on-policy (each worker trains its own rollout with its own current copy of the "
                  "network): learner.correction=%s does not apply and is not used", cfg.learner.correction)
+    if cfg.learner.get("warmup_updates", 0):
+        log.info("learner.warmup_updates=%s applies to the GA3C learner only; A3C's workers do not use it",
+                 cfg.learner.warmup_updates)
     return A3CRun(cfg).run()

@@ -225,6 +225,7 @@ SCHEMA: dict[str, Spec] = {
     "learner.rho_bar": POSITIVE,
     "learner.c_bar": POSITIVE,
     "learner.normalize_advantage": boolean(),
+    "learner.warmup_updates": integer(0, note=" (0 = off)"),
     "checkpoint.every_minutes": POSITIVE,
     "checkpoint.keep": integer(0, note=" (periodic checkpoints kept)"),
     "log.every_seconds": POSITIVE,

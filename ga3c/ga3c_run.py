@@ -75,7 +75,8 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
                       value_coef=lc.value_coef, reduction=lc.reduction, grad_clip=lc.grad_clip,
                       reward_clip=lc.reward_clip, counters=counters, correction=lc.correction, rho_bar=lc.rho_bar,
-                      c_bar=lc.c_bar, gae_lambda=lc.gae_lambda, normalize_advantage=lc.normalize_advantage)
+                      c_bar=lc.c_bar, gae_lambda=lc.gae_lambda, normalize_advantage=lc.normalize_advantage,
+                      warmup_updates=lc.warmup_updates)
     max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
     # Nothing above holds an OS resource. The server's shared memory and pipes come first; from here on every
     # path out, a failure at any stage included, goes through release() below.

@@ -133,8 +133,9 @@ class Learner(pl.LightningModule):
                  log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
                  grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
-                 normalize_advantage: bool = False):
+                 normalize_advantage: bool = False, warmup_updates: int = 0):
         super().__init__()
+        self.warmup_updates = warmup_updates
         self.correction, self.rho_bar, self.c_bar, self.gae_lambda = correction, rho_bar, c_bar, gae_lambda
         self.normalize_advantage = normalize_advantage
         self.model = model
@@ -192,4 +193,10 @@ class Learner(pl.LightningModule):
             self.counters.add(trained_steps=len(batch["actions"]))
 
     def configure_optimizers(self):
-        return self.optimizer_factory(self.model.parameters())
+        optimizer = self.optimizer_factory(self.model.parameters())
+        if not self.warmup_updates:
+            return optimizer
+        # torch's RMSprop starts its squared-gradient average at 0, so its first steps move every weight by
+        # ~10x lr whatever the gradient: a linear warm-up of the learning rate keeps them small.
+        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: min(1.0, (update + 1) / self.warmup_updates))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}

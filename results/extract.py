@@ -5,7 +5,7 @@ import json
 import sys
 
 KEYS = ["wall_seconds", "frames", "updates", "score_mean_100", "loss/entropy", "loss/value_loss", "policy_lag_mean",
-        "fps", "training_batch_mean"]
+        "fps", "training_batch_mean", "grad_norm"]
 rows = [json.loads(line) for line in open(f"{sys.argv[1]}/metrics.jsonl") if line.strip().endswith("}")]
 with open(sys.argv[2], "w", newline="") as f:
     writer = csv.writer(f)
