@@ -7,8 +7,8 @@
 Each run is its own `python train.py` process (the overrides given here, the arm's, `seed=`, the budget as
 `trainer.max_time`), one after another, into OUTPUT_DIR/ARM/seedN. A run found there that ended on this same
 budget is not run again, so a study can be extended or resumed (its metrics.jsonl and summary.json are all it
-needs); any other (interrupted, failed, another budget) is renamed seedN.earlier-K and run again; `learncurve.analyze_only=true` only reads them. From every run's
-metrics.jsonl it writes into OUTPUT_DIR:
+needs); any other (interrupted, failed, another budget) is renamed seedN.earlier-K and run again.
+`learncurve.analyze_only=true` only reads them. From every run's metrics.jsonl it writes into OUTPUT_DIR:
     learncurve.md    wall time and frames to each threshold, per run and the median over seeds (a seed that
                      never got there counts as slower than the budget); the final score; frames/s
     learncurve.png   score against wall time and against frames: one thin line per seed, the median thick

@@ -198,5 +198,6 @@ class Learner(pl.LightningModule):
             return optimizer
         # torch's RMSprop starts its squared-gradient average at 0, so its first steps move every weight by
         # ~10x lr whatever the gradient: a linear warm-up of the learning rate keeps them small.
-        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: min(1.0, (update + 1) / self.warmup_updates))
+        warmup = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda update: min(1.0, (update + 1) / self.warmup_updates))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}

@@ -154,6 +154,30 @@ def test_the_learner_replaces_its_published_metrics_never_changes_them():
     assert set(learner.last_metrics) == {"loss", "grad_norm"} and learner.last_metrics["grad_norm"] > 0
 
 
+def test_learning_rate_warms_up_linearly_per_update_then_holds():
+    """learner.warmup_updates: Lightning steps the schedule every update (not every epoch), lr/N at the first
+    update up to lr at the N-th, then lr."""
+    import pytorch_lightning as pl
+
+    n = 6
+    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
+                 versions=torch.zeros(n, dtype=torch.long))
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3), reduction="mean",
+                      warmup_updates=4)
+    seen = []
+
+    class Record(pl.Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            seen.append(optimizer.param_groups[0]["lr"])
+
+    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
+    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3)).configure_optimizers() \
+        .__class__ is torch.optim.RMSprop   # 0 = no schedule at all
+
+
 def test_rmsprop_tf_matches_tensorflow_formula():
     p = torch.nn.Parameter(torch.tensor([1.0]))
     opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.1)

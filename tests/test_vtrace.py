@@ -111,26 +111,3 @@ def test_learner_trains_with_vtrace_batches():
     assert all(p.grad is not None for p in model.parameters())
     assert 0 < learner.last_metrics["vtrace_rho_mean"] <= 1.0
 
-
-def test_learning_rate_warms_up_linearly_per_update_then_holds():
-    """learner.warmup_updates: Lightning steps the schedule every update (not every epoch), lr/N at the first
-    update up to lr at the N-th, then lr."""
-    import pytorch_lightning as pl
-
-    n = 6
-    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
-                 versions=torch.zeros(n, dtype=torch.long))
-    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3), reduction="mean",
-                      warmup_updates=4)
-    seen = []
-
-    class Record(pl.Callback):
-        def on_before_optimizer_step(self, trainer, module, optimizer):
-            seen.append(optimizer.param_groups[0]["lr"])
-
-    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
-    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
-    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
-    assert Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3)).configure_optimizers() \
-        .__class__ is torch.optim.RMSprop   # 0 = no schedule at all
