@@ -19,9 +19,6 @@ One file per role:
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -33,7 +30,8 @@ from ga3c.a3c_shared import SharedModel
 from ga3c.a3c_worker import AgentProcesses
 from ga3c.config import check_output_dir
 from ga3c.env import env_spec
-from ga3c.runtime import checkpoint_run_state, finish_wandb, parse_max_time, read_checkpoint, wandb_run_id
+from ga3c.runtime import (StopSignals, checkpoint_run_state, finish_wandb, parse_max_time, read_checkpoint,
+                          wandb_run_id)
 from ga3c.server import stop_forkserver
 
 log = logging.getLogger(__name__)
@@ -73,7 +71,6 @@ class A3CRun:
         self.wandb_id = wandb_run_id(cfg, a3c_state.get("wandb_id"))
         self.stop_reason: str | None = None
         self.error: BaseException | None = None
-        self.signals = 0
 
     # --- control ---------------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -87,16 +84,9 @@ class A3CRun:
             self.error = error
         self.request_stop(message.splitlines()[0])
 
-    def _on_signal(self, signum, frame) -> None:
-        self.signals += 1
-        name = signal.Signals(signum).name
-        if self.signals == 1:
-            print(f"\n[a3c] {name}: stopping (final checkpoint and summary); again to exit at once", flush=True)
-            self.request_stop(name)
-            return
+    def exit_now(self) -> None:
+        """A second Ctrl-C (runtime.StopSignals): kill the agents at once; the model's memory goes with us."""
         self.agents.kill()
-        stop_forkserver(timeout=0)
-        os._exit(128 + signum)
 
     def _on_events(self, events: list) -> None:
         """What the agents reported: finished episodes (stop_score), errors (the run stops)."""
@@ -146,61 +136,58 @@ class A3CRun:
         every = float(cfg.log.every_seconds)
         checkpoint_every = float(cfg.checkpoint.every_minutes) * 60
         monitor.finished = False
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
-        status, metrics = "failed", {}
-        monitor.start()
-        try:
-            monitor.init_wandb(self.wandb_id)
-            for index in range(agents.count):
-                agents.start(index)
-            # The clock starts when every agent is ready (as GA3C's starts at fit start).
-            ready, deadline = 0, time.monotonic() + 120
-            while ready < agents.count and self.stop_reason is None and time.monotonic() < deadline:
-                ready += sum(kind == "ready" for kind, _, _ in agents.drain(0.2))
-                self._replace_dead_agents()
+        # first Ctrl-C/SIGTERM: stop gracefully; second: kill the agents and exit at once
+        with StopSignals("a3c") as stop_signals:
+            stop_signals.attach(self)
+            status, metrics = "failed", {}
             monitor.start()
-            last_checkpoint = monitor.start_time
-            while self.stop_reason is None:
-                agents.drain(0.1)
-                self._replace_dead_agents()
+            try:
+                monitor.init_wandb(self.wandb_id)
+                for index in range(agents.count):
+                    agents.start(index)
+                # The clock starts when every agent is ready (as GA3C's starts at fit start).
+                ready, deadline = 0, time.monotonic() + 120
+                while ready < agents.count and self.stop_reason is None and time.monotonic() < deadline:
+                    ready += sum(kind == "ready" for kind, _, _ in agents.drain(0.2))
+                    self._replace_dead_agents()
+                monitor.start()
+                last_checkpoint = monitor.start_time
+                while self.stop_reason is None:
+                    agents.drain(0.1)
+                    self._replace_dead_agents()
+                    now = time.monotonic()
+                    snap = agents.snapshot()
+                    if max_frames and monitor.counters(snap)["frames"] >= max_frames:
+                        self.request_stop(f"reached max_frames={max_frames}")
+                    if max_time is not None and now - monitor.start_time >= max_time:
+                        self.request_stop("trainer.max_time")
+                    if now - monitor.last_time >= every:
+                        metrics = monitor.window(snap, now)
+                        monitor.publish(metrics, self.stop_reason)
+                    if now - last_checkpoint >= checkpoint_every:
+                        self._periodic_checkpoint()
+                        last_checkpoint = now
+                status = "failed" if self.error else "finished"
+            except BaseException as error:
+                self.fail(f"A3C raised {error!r}", error)
+                raise
+            finally:
+                agents.stop()
+                monitor.finished = True
+                agents.drain(0.0)
                 now = time.monotonic()
-                snap = agents.snapshot()
-                if max_frames and monitor.counters(snap)["frames"] >= max_frames:
-                    self.request_stop(f"reached max_frames={max_frames}")
-                if max_time is not None and now - monitor.start_time >= max_time:
-                    self.request_stop("trainer.max_time")
-                if now - monitor.last_time >= every:
-                    metrics = monitor.window(snap, now)
-                    monitor.publish(metrics, self.stop_reason)
-                if now - last_checkpoint >= checkpoint_every:
-                    self._periodic_checkpoint()
-                    last_checkpoint = now
-            status = "failed" if self.error else "finished"
-        except BaseException as error:
-            self.fail(f"A3C raised {error!r}", error)
-            raise
-        finally:
-            agents.stop()
-            monitor.finished = True
-            agents.drain(0.0)
-            now = time.monotonic()
-            metrics = monitor.window(agents.snapshot(), now)
-            if not isinstance(self.error, FloatingPointError):  # after NaN the previous checkpoint is the good one
-                try:
-                    self.save_checkpoint("last.ckpt")
-                except Exception as error:  # noqa: BLE001
-                    log.error("final checkpoint failed: %s", error)
-            monitor.publish(metrics, self.stop_reason)
-            monitor.write_summary(metrics, self.stop_reason, status=status)
-            if monitor.wandb_run is not None:
-                finish_wandb()
-            agents.close()
-            stop_forkserver()  # it outlives its children: a finished run leaves no process behind
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                metrics = monitor.window(agents.snapshot(), now)
+                if not isinstance(self.error, FloatingPointError):  # after NaN the previous checkpoint is the good one
+                    try:
+                        self.save_checkpoint("last.ckpt")
+                    except Exception as error:  # noqa: BLE001
+                        log.error("final checkpoint failed: %s", error)
+                monitor.publish(metrics, self.stop_reason)
+                monitor.write_summary(metrics, self.stop_reason, status=status)
+                if monitor.wandb_run is not None:
+                    finish_wandb()
+                agents.close()
+                stop_forkserver()  # it outlives its children: a finished run leaves no process behind
         if self.error is not None:
             raise self.error
         log.info("finished (%s): %s frames, score_mean_100 %.2f", self.stop_reason, metrics["frames"],

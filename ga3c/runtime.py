@@ -13,7 +13,7 @@ import threading
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -21,9 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 from ga3c.config import ConfigError
 from ga3c.env import env_spec
 from ga3c.server import stop_forkserver
-
-if TYPE_CHECKING:
-    from ga3c.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +165,22 @@ def bound_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
+class Stoppable(Protocol):
+    """What StopSignals drives: the GA3C Server, the A3C run (and so algo=ceiling, which uses a Server)."""
+
+    def request_stop(self, reason: str) -> None: ...   # stop gracefully: final checkpoint, summary, W&B
+
+    def exit_now(self) -> None: ...   # kill the agent processes and free shared memory, without blocking
+
+
 class StopSignals:
     """First SIGINT/SIGTERM: stop gracefully (final checkpoint, summary, W&B). Second: exit at once,
     killing the agent processes first so none is left behind. Installed before anything slow starts, so a
-    signal during start-up is honoured as soon as the server exists."""
+    signal during start-up is honoured as soon as the run is attached."""
 
-    def __init__(self):
-        self.server: Server | None = None
+    def __init__(self, prefix: str = "ga3c"):
+        self.prefix = prefix          # the name the console line starts with
+        self.run: Stoppable | None = None
         self.previous: dict = {}
         self.received: list[str] = []
 
@@ -184,25 +190,23 @@ class StopSignals:
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def attach(self, server: Server) -> None:
-        self.server = server
+    def attach(self, run: Stoppable) -> None:
+        self.run = run
         if self.received:
-            server.request_stop(self.received[0])
+            run.request_stop(self.received[0])
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         self.received.append(name)
         if len(self.received) == 1:
-            print(f"\n[ga3c] {name}: stopping (final checkpoint and summary); again to exit at once", flush=True)
-            if self.server is not None:
-                self.server.request_stop(name)
+            print(f"\n[{self.prefix}] {name}: stopping (final checkpoint and summary); again to exit at once",
+                  flush=True)
+            if self.run is not None:
+                self.run.request_stop(name)
             return
-        if self.server is not None:
-            for handle in list(self.server.agents) + list(self.server._retiring.values()):
-                if handle is not None and handle.process.is_alive():
-                    handle.process.kill()
-            try:  # os._exit skips every finally: free the shared memory here, not by the resource tracker
-                self.server.close()
+        if self.run is not None:
+            try:  # os._exit skips every finally: kill and free here, not by the resource tracker
+                self.run.exit_now()
             except Exception:  # noqa: BLE001 - exiting anyway
                 pass
         stop_forkserver(timeout=0)

@@ -274,6 +274,13 @@ class Server:
             log.info("stopping: %s", reason)
             self.stopping.set()
 
+    def exit_now(self) -> None:
+        """A second Ctrl-C: kill every agent process and free the shared memory, waiting for nothing."""
+        for handle in list(self.agents) + list(self._retiring.values()):
+            if handle is not None and handle.process.is_alive():
+                handle.process.kill()
+        self.close()
+
     def fail(self, message: str, error: BaseException) -> None:
         """A thread of the run failed: stop the run and let train.py report the error."""
         log.error(message)
