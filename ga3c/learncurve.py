@@ -207,14 +207,27 @@ def markdown(results: dict, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _interp(xs: list[float], ys: list[float], grid):
+def _interp(xs: list[float], ys: list[float], grid, hold_last: bool = False):
+    """ys at the grid points; NaN before the first score. After a run's end: NaN, or its last score if hold_last."""
     import numpy as np
 
     xs, ys = np.asarray(xs), np.asarray(ys)
     keep = ~np.isnan(ys)
     if keep.sum() < 2:
         return np.full(len(grid), np.nan)
-    return np.interp(grid, xs[keep], ys[keep], left=np.nan, right=np.nan)
+    return np.interp(grid, xs[keep], ys[keep], left=np.nan, right=ys[keep][-1] if hold_last else np.nan)
+
+
+def median_curve(curves: list[dict], key: str, grid):
+    """The median over seeds at each grid point. A run that ended (its budget, or stop_score) counts with its
+    last score from then on: the seeds end a little apart, and a median of whichever seeds are still running
+    would jump to the longest one's score at the very end."""
+    import numpy as np
+
+    stacked = np.vstack([_interp(c[key], c["score"], grid, hold_last=True) for c in curves])
+    with warnings.catch_warnings():  # grid points no seed covers yet are NaN, and stay so
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(stacked, axis=0)
 
 
 def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
@@ -235,11 +248,7 @@ def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
                 axis.plot(np.asarray(curve[key]) / scale, curve["score"], color=color, alpha=0.3, linewidth=0.8)
             end = max(max(c[key]) for c in curves)
             grid = np.linspace(0, end, grid_points)
-            stacked = np.vstack([_interp(c[key], c["score"], grid) for c in curves])
-            with warnings.catch_warnings():  # grid points no seed covers are NaN, and stay so
-                warnings.simplefilter("ignore", RuntimeWarning)
-                middle = np.nanmedian(stacked, axis=0)
-            axis.plot(grid / scale, middle, color=color, linewidth=2.2,
+            axis.plot(grid / scale, median_curve(curves, key, grid), color=color, linewidth=2.2,
                       label=f"{arm} (median of {len(curves)})")
     for threshold in results["thresholds"]:
         for axis in axes:

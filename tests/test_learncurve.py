@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import REPO, assert_no_leftovers
-from ga3c.learncurve import analyze, finished, first_reach, markdown, max_time, median, move_aside
+from ga3c.learncurve import (analyze, finished, first_reach, markdown, max_time, median, median_curve,
+                             move_aside)
 
 
 def write_run(run_dir, rows):
@@ -28,6 +29,18 @@ def test_first_reach_and_median_count_never_as_slowest():
     assert median([30.0, math.inf, 10.0]) == 30.0          # 2 of 3 seeds got there
     assert median([30.0, math.inf, math.inf]) == math.inf  # only 1 of 3: the median never did
     assert max_time(30) == "00:00:30:00" and max_time(0.25) == "00:00:00:15" and max_time(90) == "00:01:30:00"
+
+
+def test_the_median_curve_holds_an_ended_seed_at_its_last_score():
+    """Seeds end a little apart: past the first end, the median must not become whichever seed runs longest."""
+    import numpy as np
+
+    seeds = [dict(wall_seconds=[0, 10, 20], score=[math.nan, -20.0, 15.0]),
+             dict(wall_seconds=[0, 10, 21], score=[math.nan, -20.0, 19.0]),
+             dict(wall_seconds=[0, 10, 22], score=[math.nan, -20.0, 19.5])]
+    middle = median_curve(seeds, "wall_seconds", np.array([0.0, 10.0, 22.0]))
+    assert np.isnan(middle[0]) and middle[1] == -20.0
+    assert middle[2] == pytest.approx(19.0)   # the median of 15, 19 and 19.5; not seed 2's 19.5 alone
 
 
 def test_only_a_run_that_ended_on_the_same_budget_is_kept(tmp_path):
