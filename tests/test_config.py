@@ -34,6 +34,17 @@ def test_cartpole_picks_the_mlp_and_its_own_hyperparameters():
     assert pong.net.init == "orthogonal"
 
 
+def test_the_rmsprop_games_warm_up_and_the_adam_games_do_not():
+    """torch RMSprop's first steps are ~10x lr (its average starts at 0): the Atari defaults warm the learning
+    rate up; CartPole and the probe use Adam, which corrects its own start, and must learn in seconds."""
+    for game in ("pong", "boxing"):
+        cfg = compose_config(f"game={game}")
+        assert cfg.learner.optimizer._target_ == "torch.optim.RMSprop" and cfg.learner.warmup_updates == 1000
+    for game in ("cartpole", "cue"):
+        cfg = compose_config(f"game={game}")
+        assert cfg.learner.optimizer._target_ == "torch.optim.Adam" and cfg.learner.warmup_updates == 0
+
+
 def test_any_gymnasium_id_works_with_one_override():
     cfg = compose_config("game=cartpole", "game.id=Acrobot-v1")
     validate(cfg)
