@@ -207,15 +207,15 @@ def markdown(results: dict, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _interp(xs: list[float], ys: list[float], grid, hold_last: bool = False):
-    """ys at the grid points; NaN before the first score. After a run's end: NaN, or its last score if hold_last."""
+def _interp(xs: list[float], ys: list[float], grid):
+    """ys at the grid points: NaN before the first score, the last score after the run's end."""
     import numpy as np
 
     xs, ys = np.asarray(xs), np.asarray(ys)
     keep = ~np.isnan(ys)
     if keep.sum() < 2:
         return np.full(len(grid), np.nan)
-    return np.interp(grid, xs[keep], ys[keep], left=np.nan, right=ys[keep][-1] if hold_last else np.nan)
+    return np.interp(grid, xs[keep], ys[keep], left=np.nan, right=ys[keep][-1])
 
 
 def median_curve(curves: list[dict], key: str, grid):
@@ -224,7 +224,7 @@ def median_curve(curves: list[dict], key: str, grid):
     would jump to the longest one's score at the very end."""
     import numpy as np
 
-    stacked = np.vstack([_interp(c[key], c["score"], grid, hold_last=True) for c in curves])
+    stacked = np.vstack([_interp(c[key], c["score"], grid) for c in curves])
     with warnings.catch_warnings():  # grid points no seed covers yet are NaN, and stay so
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(stacked, axis=0)
