@@ -71,7 +71,9 @@ def run_to_end(command: list[str], output) -> int:
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT too, explicitly: a study started in the background (`nohup ... &`) inherits SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: `kill -INT` did nothing, and stopping the run started the next
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
             return process.wait()
@@ -85,7 +87,8 @@ def run_to_end(command: list[str], output) -> int:
         print("[learncurve] interrupted: the current run was stopped; no further run started", file=sys.stderr)
         sys.exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def finished(run_dir: Path, minutes: float) -> bool:

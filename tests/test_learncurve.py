@@ -112,7 +112,9 @@ def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
     out = tmp_path / "lc"
     process = subprocess.Popen([sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=2", "minutes=5",
                                 "wandb.mode=disabled", f"hydra.run.dir={out}"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               # started as `nohup ... &` starts it: SIGINT ignored from the start
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 120
         while not (out / "ga3c" / "seed0" / "metrics.jsonl").exists() and time.monotonic() < deadline:
