@@ -279,7 +279,12 @@ class Server:
         for handle in list(self.agents) + list(self._retiring.values()):
             if handle is not None and handle.process.is_alive():
                 handle.process.kill()
-        self.close()
+        # Unlink the name only: predictor and trainer threads may still be reading the mapping, and unmapping it
+        # under them crashed the process (SIGSEGV) now and then; os._exit follows at once and frees the mapping.
+        try:
+            self.buffers.shm.unlink()
+        except FileNotFoundError:
+            pass
 
     def fail(self, message: str, error: BaseException) -> None:
         """A thread of the run failed: stop the run and let train.py report the error."""
