@@ -279,12 +279,9 @@ class Server:
         for handle in list(self.agents) + list(self._retiring.values()):
             if handle is not None and handle.process.is_alive():
                 handle.process.kill()
-        # Unlink the name only: predictor and trainer threads may still be reading the mapping, and unmapping it
-        # under them crashed the process (SIGSEGV) now and then; os._exit follows at once and frees the mapping.
-        try:
-            self.buffers.shm.unlink()
-        except FileNotFoundError:
-            pass
+        # The name only: predictor and trainer threads may still be reading the mapping, and unmapping it under
+        # them crashed the process (SIGSEGV) now and then; os._exit follows at once and frees the mapping.
+        self._unlink_shared_memory()
 
     def fail(self, message: str, error: BaseException) -> None:
         """A thread of the run failed: stop the run and let train.py report the error."""
@@ -324,6 +321,13 @@ class Server:
             if index not in self._retiring:
                 self._retire_slot_counters(index)
 
+    def _unlink_shared_memory(self) -> None:
+        """Remove the segment's name from /dev/shm (the mapping stays until closed or the process ends)."""
+        try:
+            self.buffers.shm.unlink()
+        except FileNotFoundError:  # unlinked before
+            pass
+
     def close(self) -> None:
         """Release OS resources (after shutdown and the final summary). Safe after a failed start and twice."""
         for pipe in (self.prediction_queue, self.training_queue):
@@ -331,10 +335,7 @@ class Server:
                 pipe.close()
         # The name first: a numpy view still held somewhere (a traceback's frame) keeps the mapping from closing,
         # but must not keep the segment in /dev/shm.
-        try:
-            self.buffers.shm.unlink()
-        except FileNotFoundError:  # closed before
-            pass
+        self._unlink_shared_memory()
         try:
             self.buffers.close()
         except BufferError:  # such a view: the mapping goes with the process
