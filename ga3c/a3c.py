@@ -203,4 +203,7 @@ def train_a3c(cfg: DictConfig) -> dict:
     if cfg.learner.get("warmup_updates", 0):
         log.info("learner.warmup_updates=%s applies to the GA3C learner only; A3C's workers do not use it",
                  cfg.learner.warmup_updates)
+    if cfg.learner.get("epochs", 1) > 1 or cfg.learner.get("ppo_clip", 0):
+        log.info("learner.epochs=%s and learner.ppo_clip=%s apply to the GA3C learner only; each A3C worker "
+                 "trains every rollout once with the plain policy gradient", cfg.learner.epochs, cfg.learner.ppo_clip)
     return A3CRun(cfg).run()

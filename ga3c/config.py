@@ -226,6 +226,8 @@ SCHEMA: dict[str, Spec] = {
     "learner.c_bar": POSITIVE,
     "learner.normalize_advantage": boolean(),
     "learner.warmup_updates": integer(0, note=" (0 = off)"),
+    "learner.epochs": integer(1, 100),
+    "learner.ppo_clip": number(0, 1, note=" (0 = off)"),
     "checkpoint.every_minutes": POSITIVE,
     "checkpoint.keep": integer(0, note=" (periodic checkpoints kept)"),
     "log.every_seconds": POSITIVE,

@@ -47,11 +47,15 @@ class RMSpropTF(torch.optim.Optimizer):
 
 def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
              beta: float, log_epsilon: float, value_coef: float, reduction: str,
-             advantages: torch.Tensor | None = None, normalize_advantage: bool = False) -> dict[str, torch.Tensor]:
+             advantages: torch.Tensor | None = None, normalize_advantage: bool = False,
+             behaviour_logp: torch.Tensor | None = None, ppo_clip: float = 0.0) -> dict[str, torch.Tensor]:
     """Policy gradient with the advantage R - V(s) (V not differentiated there), entropy bonus beta * H(pi),
     squared value error. log(pi + epsilon) keeps a stale policy's near-zero probabilities finite.
     `advantages` replaces R - V(s) where a correction computed its own (V-trace's rho_t (r + gamma v_{t+1} - V));
-    `normalize_advantage` scales them to zero mean, unit deviation over the batch (PPO's habit)."""
+    `normalize_advantage` scales them to zero mean, unit deviation over the batch (PPO's habit).
+    `ppo_clip` > 0: PPO's clipped surrogate -min(r A, clip(r, 1 - c, 1 + c) A), r = pi(a|s) / mu(a|s) against the
+    acting policy's `behaviour_logp`; once a sample's ratio leaves the band its gradient stops, which is what
+    makes several passes over one batch (learner.epochs) safe."""
     probs = torch.softmax(logits.float(), dim=-1)
     log_probs = torch.log(probs + log_epsilon)
     chosen_log_prob = log_probs.gather(1, actions.long().unsqueeze(1)).squeeze(1)
@@ -59,20 +63,27 @@ def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
     advantage = returns - values.detach() if advantages is None else advantages
     if normalize_advantage and len(advantage) > 1:
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-    policy_loss = -chosen_log_prob * advantage
+    extra = {}
+    if ppo_clip > 0:
+        ratio = torch.exp(torch.log_softmax(logits.float(), -1).gather(1, actions.long().unsqueeze(1)).squeeze(1)
+                          - behaviour_logp.float())
+        policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - ppo_clip, 1 + ppo_clip) * advantage)
+        extra = dict(ppo_clipped_share=((ratio - 1).abs() > ppo_clip).float().mean().detach())
+    else:
+        policy_loss = -chosen_log_prob * advantage
     entropy = -(probs * log_probs).sum(dim=1)
     value_loss = (returns - values) ** 2
     reduce = torch.sum if reduction == "sum" else torch.mean
     policy_loss, entropy, value_loss = reduce(policy_loss), reduce(entropy), reduce(value_loss)
     loss = policy_loss - beta * entropy + value_coef * value_loss
-    return dict(loss=loss, policy_loss=policy_loss, entropy=entropy, value_loss=value_loss)
+    return dict(loss=loss, policy_loss=policy_loss, entropy=entropy, value_loss=value_loss) | extra
 
 
 @torch.no_grad()
 def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor,
                    discounts: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor, rollout: torch.Tensor,
                    step: torch.Tensor, lengths: torch.Tensor, rho_bar: float = 1.0, c_bar: float = 1.0,
-                   lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   lam: float = 1.0, rho_in_advantages: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V-trace (Espeholt et al. 2018, eq. 1) for a batch of rollouts laid out flat, sample i being step
     `step[i]` of rollout `rollout[i]`; rollout r has `lengths[r]` steps and `bootstrap[r]` = V(x_n) after them.
     discounts[i] is gamma, or 0 where the step ended the episode.
@@ -81,6 +92,7 @@ def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewa
         policy advantage_t = rho_t (r_t + gamma_t vs_{t+1} - V(x_t)),   vs_n = V(x_n)
 
     with rho_t = min(rho_bar, pi/mu) and c_t = lam * min(c_bar, pi/mu). Returns (vs, advantages, rho) flat.
+    `rho_in_advantages=False` leaves rho_t out of the policy advantage (PPO's surrogate applies its own ratio).
     Hand-written: no library we depend on has it, and the rollouts here come ragged (episode ends)."""
     num_rollouts, horizon = len(lengths), int(lengths.max()) if len(lengths) else 0
     ratio = torch.exp(target_logp.float() - behaviour_logp.float())
@@ -101,7 +113,7 @@ def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewa
     for t in range(horizon - 1, -1, -1):
         corrections[:, t] = deltas[:, t] + mask[:, t] * discounts_p[:, t] * c_p[:, t] * corrections[:, t + 1]
     vs_ext = values_ext + corrections
-    advantages = rho_p * (rewards_p + discounts_p * vs_ext[:, 1:] - values_ext[:, :-1])
+    advantages = (rho_p if rho_in_advantages else mask) * (rewards_p + discounts_p * vs_ext[:, 1:] - values_ext[:, :-1])
     return vs_ext[rollout, step], advantages[rollout, step], rho
 
 
@@ -126,15 +138,17 @@ def resolve_precision(precision, model: nn.Module, accelerator: str = "auto") ->
 
 
 class Learner(pl.LightningModule):
-    """A3C loss, one optimizer step per assembled batch. `version` (updates done) tags each prediction so
-    the policy lag of every trained sample is known."""
+    """A3C loss, one optimizer step per pass over an assembled batch (`epochs` passes; the dataset repeats it).
+    `version` (updates done) tags each prediction so the policy lag of every trained sample is known."""
 
     def __init__(self, model: nn.Module, optimizer: Callable, gamma: float = 0.99, beta: float = 0.01,
                  log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
                  grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
-                 normalize_advantage: bool = False, warmup_updates: int = 0):
+                 normalize_advantage: bool = False, warmup_updates: int = 0, epochs: int = 1,
+                 ppo_clip: float = 0.0):
         super().__init__()
+        self.epochs, self.ppo_clip = epochs, ppo_clip
         self.warmup_updates = warmup_updates
         self.correction, self.rho_bar, self.c_bar, self.gae_lambda = correction, rho_bar, c_bar, gae_lambda
         self.normalize_advantage = normalize_advantage
@@ -161,10 +175,11 @@ class Learner(pl.LightningModule):
             returns, advantages, rho = vtrace_targets(
                 batch["behaviour_logp"], target_logp, batch["rewards"], batch["discounts"], values.detach(),
                 batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
-                self.gae_lambda)
+                self.gae_lambda, rho_in_advantages=not self.ppo_clip)
             extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
         parts = a3c_loss(logits, values, batch["actions"], returns, self.beta, self.log_epsilon,
-                         self.value_coef, self.reduction, advantages, self.normalize_advantage)
+                         self.value_coef, self.reduction, advantages, self.normalize_advantage,
+                         batch.get("behaviour_logp"), self.ppo_clip)
         if not torch.isfinite(parts["loss"]):
             raise FloatingPointError(f"loss is {parts['loss'].item()} at update {self.version}: training stopped "
                                      "(lower the learning rate or enable learner.grad_clip); the last "
@@ -189,7 +204,7 @@ class Learner(pl.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         self.busy_seconds += time.perf_counter() - self._step_start
         self.version = self.global_step
-        if self.counters is not None:
+        if self.counters is not None and not batch.get("repeat"):  # a batch's later passes are not new samples
             self.counters.add(trained_steps=len(batch["actions"]))
 
     def configure_optimizers(self):

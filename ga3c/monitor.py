@@ -130,7 +130,8 @@ class Monitor(pl.Callback):
             "score_mean_100": sum(scores) / len(scores) if scores else math.nan,
             "episode_length_mean_100": sum(lengths) / len(lengths) if lengths else math.nan,
             "prediction_batch_mean": (snap["predictions"] - last["predictions"]) / batches if batches else 0.0,
-            "training_batch_mean": (snap["trained"] - last["trained"]) / updates if updates else 0.0,
+            # samples per update: a batch trained `epochs` times counts its samples once and its updates each time
+            "training_batch_mean": learner.epochs * (snap["trained"] - last["trained"]) / updates if updates else 0.0,
             "prediction_queue_depth": server.prediction_queue.depth(),
             "training_queue_depth": server.training_queue.depth(),
             "batch_queue_depth": server.batch_queue.qsize(),

@@ -87,10 +87,11 @@ class TrainerThread(threading.Thread):
 
 
 class ExperienceDataset(IterableDataset):
-    """Endless stream of the batches trainer threads assemble; ends when the server stops the run."""
+    """Endless stream of the batches trainer threads assemble; ends when the server stops the run. With
+    `epochs` > 1 each batch comes `epochs` times in a row (later passes marked `repeat`), one update each."""
 
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, server, epochs: int = 1):
+        self.server, self.epochs = server, epochs
 
     def __iter__(self):
         server = self.server
@@ -102,3 +103,7 @@ class ExperienceDataset(IterableDataset):
                 continue
             server.steps_to_learner += len(batch["actions"])
             yield batch
+            for repeat in range(1, self.epochs):
+                if server.stopping.is_set():
+                    return
+                yield dict(batch, repeat=repeat)

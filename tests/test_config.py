@@ -84,7 +84,7 @@ def test_experiment_paper_composes_to_the_papers_values():
         lc = cfg.learner
         assert (lc.gamma, lc.gae_lambda, lc.beta, lc.log_epsilon, lc.reduction) == (0.99, 1.0, 0.01, 1e-6, "sum")
         assert (lc.grad_clip, lc.reward_clip, lc.correction, lc.normalize_advantage) == (0.0, 1.0, "none", False)
-        assert lc.warmup_updates == 0
+        assert (lc.warmup_updates, lc.epochs, lc.ppo_clip) == (0, 1, 0.0)
         assert cfg.net.init == "torch"
 
 

@@ -11,15 +11,22 @@ LEARNED, CHANCE_CEILING = 18, 9   # of 20 steps per episode; a random policy sco
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("game_id", ["ga3c.probe_envs:CueNow-v0", "ga3c.probe_envs:CueStack-v0"])
-def test_pipeline_learns_the_cue_it_sees(tmp_path, game_id):
+@pytest.mark.parametrize("game_id, learner", [
+    ("ga3c.probe_envs:CueNow-v0", ()), ("ga3c.probe_envs:CueStack-v0", ()),
+    # each batch trained 3 times with PPO's clipped surrogate (the later passes are off-policy: the ratio must
+    # be taken against the behaviour policy each sample was acted with)
+    ("ga3c.probe_envs:CueStack-v0", ("learner.epochs=3", "learner.ppo_clip=0.2"))])
+def test_pipeline_learns_the_cue_it_sees(tmp_path, game_id, learner):
     """CueNow: the rewarded cue is in the newest frame. CueStack: only in a frame 2 steps back, with a fresh
     distractor cue in the newest: it is learned only if the stack arrives whole and in step with the actions."""
     run_train(tmp_path, "game=cue", f"game.id={game_id}", f"stop_score={LEARNED}", "max_frames=150000",
-              "wandb.mode=disabled", timeout=240)
+              "wandb.mode=disabled", *learner, timeout=240)
     summary = read_summary(tmp_path)
     assert summary["score_mean_100"] >= LEARNED, summary
     assert summary["stop_reason"].startswith("score_mean_100 reached")
+    if learner:
+        assert 0 <= summary["ppo_clipped_share"] <= 1
+        assert summary["updates"] >= 3 * summary["trained_steps"] / 256   # 3 updates per batch of at most 256
     assert_no_leftovers(str(tmp_path))
 
 

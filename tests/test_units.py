@@ -134,6 +134,52 @@ def test_a3c_loss_matches_hand_computation():
     assert mean["loss"].item() == pytest.approx(out["loss"].item() / 2, rel=1e-5)
 
 
+def test_ppo_clip_stops_the_gradient_of_samples_outside_the_band():
+    """learner.ppo_clip: -min(r A, clip(r) A) with r = pi / mu. Sample 0 (A > 0, r = 1.5 > 1.2) is clipped:
+    no gradient; sample 1 (A < 0, r = 1) gets the plain policy gradient."""
+    logits = torch.tensor([[0.0, 0.0], [np.log(3.0), 0.0]], requires_grad=True)   # pi = [.5,.5], [.75,.25]
+    actions, returns, values = torch.tensor([0, 1]), torch.tensor([3.0, 0.5]), torch.tensor([1.0, 2.0])
+    behaviour_logp = torch.log(torch.tensor([0.5 / 1.5, 0.25]))
+    out = a3c_loss(logits, values, actions, returns, 0.0, 1e-6, 0.0, "sum", behaviour_logp=behaviour_logp,
+                   ppo_clip=0.2)
+    assert out["policy_loss"].item() == pytest.approx(-(1.2 * 2.0 + 1.0 * -1.5), rel=1e-5)
+    assert out["ppo_clipped_share"].item() == 0.5
+    out["loss"].backward()
+    assert logits.grad[0].abs().sum() == 0
+    plain = torch.tensor([[np.log(3.0), 0.0]], requires_grad=True)
+    a3c_loss(plain, values[1:], actions[1:], returns[1:], 0.0, 0.0, 0.0, "sum")["loss"].backward()
+    np.testing.assert_allclose(logits.grad[1].numpy(), plain.grad[0].numpy(), rtol=1e-5)
+
+
+def test_experience_dataset_repeats_each_batch_and_counts_its_samples_once():
+    """learner.epochs = 3: each assembled batch is 3 updates in a row; samples count once (trained_steps), so
+    the run's accounting (produced = trained + discarded + in flight) and its rates stay true."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from ga3c.monitor import Counters
+    from ga3c.trainer import ExperienceDataset
+
+    server = SimpleNamespace(batch_queue=queue.Queue(), stopping=threading.Event(), steps_to_learner=0,
+                             monitor=SimpleNamespace(tick=lambda: None))
+    for n in (4, 6):
+        server.batch_queue.put(dict(obs=torch.randn(n, 4), actions=torch.zeros(n, dtype=torch.long),
+                                    returns=torch.zeros(n), versions=torch.zeros(n, dtype=torch.long)))
+    counters = Counters()
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.SGD(p, lr=0.0), counters=counters,
+                      epochs=3)
+    seen = []
+    for batch in ExperienceDataset(server, epochs=3):
+        seen.append((len(batch["actions"]), batch.get("repeat", 0)))
+        learner.on_train_batch_start(batch, 0)
+        learner.on_train_batch_end(None, batch, 0)
+        if len(seen) == 6:
+            server.stopping.set()
+    assert seen == [(4, 0), (4, 1), (4, 2), (6, 0), (6, 1), (6, 2)]
+    assert counters["trained_steps"] == 10 and server.steps_to_learner == 10
+
+
 def test_advantage_does_not_train_the_value_through_the_policy_term():
     values = torch.tensor([1.0], requires_grad=True)
     out = a3c_loss(torch.zeros(1, 2), values, torch.tensor([0]), torch.tensor([3.0]), 0.0, 1e-6, 0.0, "sum")

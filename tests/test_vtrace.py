@@ -95,6 +95,14 @@ def test_vtrace_cuts_traces_of_off_policy_actions():
     assert vs[0].item() == pytest.approx(1.0 + 0.9 * 0.2, abs=1e-5)
 
 
+def test_vtrace_advantages_without_rho_for_ppo():
+    """With PPO's surrogate the ratio multiplies the advantage there, so V-trace must not apply rho_t as well."""
+    rollouts = random_rollouts(np.random.default_rng(1), [5, 2, 4], terminal_at={1})
+    _, weighted, rho = vtrace_targets(**flat_batch(rollouts))
+    _, plain, _ = vtrace_targets(**flat_batch(rollouts), rho_in_advantages=False)
+    np.testing.assert_allclose(weighted.numpy(), (rho * plain).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_learner_trains_with_vtrace_batches():
     """One Learner step on a batch in the trainer's layout: finite loss, importance weights reported."""
     model = MLPActorCritic((4,), 2, [8])
