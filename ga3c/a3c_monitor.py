@@ -53,6 +53,8 @@ class A3CMonitor:
 
     def episode(self, score: float, length: int) -> bool:
         """Count a finished episode; True when the rolling mean has just reached stop_score."""
+        if self.seconds_to_stop_score is not None:
+            return False  # stopping at stop_score: episodes ending during the stop leave the reported score alone
         self.scores.append(score)
         self.lengths.append(length)
         if (self.stop_score is not None and self.seconds_to_stop_score is None

@@ -73,9 +73,13 @@ class Monitor(pl.Callback):
     # --- fed by the trainers -------------------------------------------------------------------------
     def record_episode(self, score: float, length: int) -> None:
         with self._lock:
-            self.scores.append(score)
-            self.lengths.append(length)
-            solved = (self.stop_score is not None and self.seconds_to_stop_score is None
+            # Once stop_score is reached the run is stopping at that score: episodes that end during the stop
+            # are counted but leave the rolling window (and the reported score) as it was when it got there.
+            reached = self.seconds_to_stop_score is not None
+            if not reached:
+                self.scores.append(score)
+                self.lengths.append(length)
+            solved = (not reached and self.stop_score is not None
                       and len(self.scores) == self.scores.maxlen
                       and sum(self.scores) / len(self.scores) >= self.stop_score)
             if solved:

@@ -414,3 +414,29 @@ def test_lambda_returns_interpolate_between_one_step_and_n_step():
     np.testing.assert_allclose(one_step, [1 + 0.5 * 3.0, 1 + 0.5 * 4.0])  # r_t + gamma * V(s_{t+1})
     half = discounted_returns(rewards, 4.0, 0.5, values, lam=0.5)
     np.testing.assert_allclose(half, [1 + 0.5 * (0.5 * 3.0 + 0.5 * 3.0), 3.0])
+
+
+def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_score(tmp_path):
+    """stop_score reached -> the run stops; episodes that end during the stop (worse ones, here) are counted
+    but must not pull the reported score below the stop_score its stop_reason names (A3C's CartPole test saw
+    472.3 with 'reached stop_score=475')."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from ga3c.a3c_monitor import A3CMonitor
+    from ga3c.monitor import Counters, Monitor
+
+    a3c = A3CMonitor(OmegaConf.create({"log": {"score_window": 3}, "stop_score": 10}), tmp_path,
+                     SimpleNamespace(snapshot=dict), None, {}, 0, 1)
+    assert [a3c.episode(10.0, 5) for _ in range(3)] == [False, False, True]
+    assert a3c.episode(0.0, 5) is False and list(a3c.scores) == [10.0] * 3
+
+    stops = []
+    server = SimpleNamespace(frames=lambda: 0, all_predictors=[], all_trainers=[], counters=Counters(),
+                             learner=SimpleNamespace(version=0, busy_seconds=0.0), request_stop=stops.append)
+    ga3c = Monitor(server, tmp_path, 5.0, False, 3, 10)
+    for score in (10.0, 10.0, 10.0, 0.0, 0.0):
+        ga3c.record_episode(score, 5)
+    assert list(ga3c.scores) == [10.0] * 3 and server.counters["episodes"] == 5
+    assert stops == ["score_mean_100 reached stop_score=10"]
