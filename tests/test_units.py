@@ -13,11 +13,11 @@ import torch
 
 from ga3c.agent import discounted_returns, run_agent
 from ga3c.learner import AUTOCAST_DTYPES, Learner, RMSpropTF, a3c_loss, resolve_precision
-from ga3c.monitor import Counters
+from ga3c.monitor import Counters, Monitor
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.predictor import Predictor
 from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
-from ga3c.trainer import TrainerThread
+from ga3c.trainer import ExperienceDataset, TrainerThread
 
 
 # --- n-step returns ------------------------------------------------------------------------------------
@@ -154,13 +154,6 @@ def test_ppo_clip_stops_the_gradient_of_samples_outside_the_band():
 def test_experience_dataset_repeats_each_batch_and_counts_its_samples_once():
     """learner.epochs = 3: each assembled batch is 3 updates in a row; samples count once (trained_steps), so
     the run's accounting (produced = trained + discarded + in flight) and its rates stay true."""
-    import queue
-    import threading
-    from types import SimpleNamespace
-
-    from ga3c.monitor import Counters
-    from ga3c.trainer import ExperienceDataset
-
     server = SimpleNamespace(batch_queue=queue.Queue(), stopping=threading.Event(), steps_to_learner=0,
                              monitor=SimpleNamespace(tick=lambda: None))
     for n in (4, 6):
@@ -420,12 +413,9 @@ def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_sc
     """stop_score reached -> the run stops; episodes that end during the stop (worse ones, here) are counted
     but must not pull the reported score below the stop_score its stop_reason names (A3C's CartPole test saw
     472.3 with 'reached stop_score=475')."""
-    from types import SimpleNamespace
-
     from omegaconf import OmegaConf
 
     from ga3c.a3c_monitor import A3CMonitor
-    from ga3c.monitor import Counters, Monitor
 
     a3c = A3CMonitor(OmegaConf.create({"log": {"score_window": 3}, "stop_score": 10}), tmp_path,
                      SimpleNamespace(snapshot=dict), None, {}, 0, 1)
