@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ga3c.a3c_worker import LOSSES, AgentProcesses, L
-from ga3c.monitor import write_json_atomic
+from ga3c.monitor import ScoreWindow, write_json_atomic
 
 
 class A3CMonitor:
@@ -28,10 +28,7 @@ class A3CMonitor:
         self.base_updates = base_updates
         self.wall_offset = float(run_state.get("wall_seconds", 0.0))
         self.frame_skip = frame_skip
-        self.scores = collections.deque(maxlen=int(cfg.log.score_window))
-        self.lengths = collections.deque(maxlen=int(cfg.log.score_window))
-        self.stop_score = cfg.get("stop_score")
-        self.seconds_to_stop_score: float | None = None
+        self.score_window = ScoreWindow(int(cfg.log.score_window), cfg.get("stop_score"), self.wall_seconds)
         self.finished = False  # once the agents stopped, produced but untrained steps count as discarded
         self.wandb_run = None
         self.start()
@@ -53,16 +50,7 @@ class A3CMonitor:
 
     def episode(self, score: float, length: int) -> bool:
         """Count a finished episode; True when the rolling mean has just reached stop_score."""
-        if self.seconds_to_stop_score is not None:
-            return False  # stopping at stop_score: episodes ending during the stop leave the reported score alone
-        self.scores.append(score)
-        self.lengths.append(length)
-        if (self.stop_score is not None and self.seconds_to_stop_score is None
-                and len(self.scores) == self.scores.maxlen
-                and sum(self.scores) / len(self.scores) >= self.stop_score):
-            self.seconds_to_stop_score = self.wall_seconds()
-            return True
-        return False
+        return self.score_window.add(score, length)
 
     # --- measuring -------------------------------------------------------------------------------------
     def updates(self, snap: dict) -> int:
@@ -89,13 +77,13 @@ class A3CMonitor:
         losses = self.agents.losses
         live_losses = losses[~torch.isnan(losses[:, 0])]
         loss_means = live_losses.mean(0).tolist() if len(live_losses) else [math.nan] * len(LOSSES)
+        score_mean, length_mean = self.score_window.means()
         m = {
             "frames": counters["frames"], "episodes": counters["episodes"],
             "updates": self.updates(snap), "wall_seconds": self.wall_seconds(),
             "fps": rate("produced_steps") * self.frame_skip, "pps": rate("forwards"), "tps": rate("updates"),
             "samples_per_s": rate("trained_steps"),
-            "score_mean_100": sum(self.scores) / len(self.scores) if self.scores else math.nan,
-            "episode_length_mean_100": sum(self.lengths) / len(self.lengths) if self.lengths else math.nan,
+            "score_mean_100": score_mean, "episode_length_mean_100": length_mean,
             "prediction_batch_mean": 1.0,  # A3C acts one state at a time
             "training_batch_mean": (snap["trained_steps"] - last["trained_steps"]) / updates if updates else 0.0,
             "prediction_queue_depth": 0, "training_queue_depth": 0, "batch_queue_depth": 0,
@@ -103,7 +91,7 @@ class A3CMonitor:
             "predictor_busy_share": 0.0, "predictor_compute_share": 0.0, "trainer_busy_share": 0.0,
             "learner_busy_share": 0.0,
             "agents": agents, "predictors": 0, "trainers": 0,
-            "seconds_to_stop_score": self.seconds_to_stop_score,
+            "seconds_to_stop_score": self.score_window.seconds_to_stop_score,
             "lr": float(self.optimizer.param_groups[0]["lr"]),
             **counters,
             "loss/loss": loss_means[L["loss"]], "loss/policy_loss": loss_means[L["policy_loss"]],

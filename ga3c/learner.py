@@ -160,7 +160,8 @@ class Learner(pl.LightningModule):
         self.version = 0
         self.busy_seconds = 0.0   # time inside training steps (the rest the learner waits for batches)
         self._step_start = 0.0
-        self.last_metrics: dict[str, torch.Tensor] = {}
+        self.last_metrics: dict[str, torch.Tensor] = {}   # the last update's losses etc. (the monitor reads them)
+        self._step_metrics: dict[str, torch.Tensor] = {}  # the update in progress's, until its gradient norm
         self.autocast_dtype: torch.dtype | None = None  # mixed precision's dtype: predictors act with a copy in it
 
     def forward(self, obs: torch.Tensor):
@@ -185,8 +186,9 @@ class Learner(pl.LightningModule):
                                      "(lower the learning rate or enable learner.grad_clip); the last "
                                      "checkpoint is intact")
         lag = (self.version - batch["versions"]).float().mean()
-        self.last_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {"policy_lag": lag.detach(),
-                                                                         "batch_size": len(batch["actions"])}
+        # Published with the gradient norm (on_before_optimizer_step): a window must never see one without it.
+        self._step_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {"policy_lag": lag.detach(),
+                                                                          "batch_size": len(batch["actions"])}
         return parts["loss"]
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -196,7 +198,7 @@ class Learner(pl.LightningModule):
             raise FloatingPointError(f"gradient norm is {norm.item()} at update {self.version}: training stopped; "
                                      "the last checkpoint is intact")
         # A new dict, never a change to the published one: the monitor thread may be iterating it right now.
-        self.last_metrics = self.last_metrics | {"grad_norm": norm.detach()}
+        self.last_metrics = self._step_metrics | {"grad_norm": norm.detach()}
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self._step_start = time.perf_counter()

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytorch_lightning as pl
 
@@ -40,6 +41,40 @@ class Counters:
             self.values.update({k: v for k, v in state.items() if k in self.values})
 
 
+class ScoreWindow:
+    """The last `size` episodes' scores and lengths (score_mean_100) and when their mean first reached
+    `stop_score`, thread-safe; GA3C's and A3C's monitors both keep one. Once stop_score is reached the run is
+    stopping at that score: episodes that end during the stop leave the window (and the reported score) alone."""
+
+    def __init__(self, size: int, stop_score: float | None, clock: Callable[[], float]):
+        self.scores: collections.deque = collections.deque(maxlen=size)
+        self.lengths: collections.deque = collections.deque(maxlen=size)
+        self.stop_score, self.clock = stop_score, clock   # clock: the run's wall seconds
+        self.seconds_to_stop_score: float | None = None
+        self._lock = threading.Lock()
+
+    def add(self, score: float, length: int) -> bool:
+        """Record a finished episode; True only for the one whose arrival brought the mean to stop_score."""
+        with self._lock:
+            if self.seconds_to_stop_score is not None:
+                return False
+            self.scores.append(score)
+            self.lengths.append(length)
+            if (self.stop_score is not None and len(self.scores) == self.scores.maxlen
+                    and sum(self.scores) / len(self.scores) >= self.stop_score):
+                self.seconds_to_stop_score = self.clock()
+                return True
+            return False
+
+    def means(self) -> tuple[float, float]:
+        """(mean score, mean length) of the window; NaN while it is empty."""
+        with self._lock:
+            scores, lengths = list(self.scores), list(self.lengths)
+        if not scores:
+            return math.nan, math.nan
+        return sum(scores) / len(scores), sum(lengths) / len(lengths)
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=float))
@@ -56,9 +91,8 @@ class Monitor(pl.Callback):
                  score_window: int = 100, stop_score: float | None = None):
         self.server, self.output_dir = server, Path(output_dir)
         self.every_seconds, self.progress = every_seconds, progress
-        self.scores = collections.deque(maxlen=score_window)
-        self.lengths = collections.deque(maxlen=score_window)
-        self._lock = threading.Lock()
+        # score_mean_100; the run stops once the rolling mean of a full window reaches stop_score
+        self.score_window = ScoreWindow(score_window, stop_score, self.wall_seconds)
         self._tick_lock = threading.RLock()
         self.start_time = time.monotonic()
         self.wall_offset = 0.0          # wall seconds of the runs before a resume
@@ -67,26 +101,13 @@ class Monitor(pl.Callback):
         self.latest: dict = {}
         self.logger = None
         self.listeners: list = []       # called with each window's metrics (the auto-tuner)
-        self.stop_score = stop_score    # stop once the rolling mean of a full window reaches it
-        self.seconds_to_stop_score: float | None = None
 
     # --- fed by the trainers -------------------------------------------------------------------------
     def record_episode(self, score: float, length: int) -> None:
-        with self._lock:
-            # Once stop_score is reached the run is stopping at that score: episodes that end during the stop
-            # are counted but leave the rolling window (and the reported score) as it was when it got there.
-            reached = self.seconds_to_stop_score is not None
-            if not reached:
-                self.scores.append(score)
-                self.lengths.append(length)
-            solved = (not reached and self.stop_score is not None
-                      and len(self.scores) == self.scores.maxlen
-                      and sum(self.scores) / len(self.scores) >= self.stop_score)
-            if solved:
-                self.seconds_to_stop_score = self.wall_seconds()
+        solved = self.score_window.add(score, length)
         self.server.counters.add(episodes=1)
         if solved:
-            self.server.request_stop(f"score_mean_100 reached stop_score={self.stop_score}")
+            self.server.request_stop(f"score_mean_100 reached stop_score={self.score_window.stop_score}")
 
     # --- measuring -----------------------------------------------------------------------------------
     def _snapshot(self) -> dict:
@@ -111,28 +132,26 @@ class Monitor(pl.Callback):
                 return None
             snap, dt = self._snapshot(), max(now - self._last_time, 1e-9)
             last, self._last, self._last_time = self._last, snap, now
-            with self._lock:
-                scores, lengths = list(self.scores), list(self.lengths)
-            metrics = self._metrics(snap, last, dt, scores, lengths, now)
+            metrics = self._metrics(snap, last, dt, now)
             self.latest = metrics
             for listener in self.listeners:
                 listener(metrics)
             self._publish(metrics)
             return metrics
 
-    def _metrics(self, snap: dict, last: dict, dt: float, scores: list, lengths: list, now: float) -> dict:
+    def _metrics(self, snap: dict, last: dict, dt: float, now: float) -> dict:
         server, learner = self.server, self.server.learner
         elapsed = now - self.start_time
         rate = lambda key: (snap[key] - last[key]) / dt  # noqa: E731
         batches = snap["prediction_batches"] - last["prediction_batches"]
         updates = snap["updates"] - last["updates"]
+        score_mean, length_mean = self.score_window.means()
         m = {
             "frames": snap["frames"], "episodes": server.counters["episodes"], "updates": snap["updates"],
             "wall_seconds": self.wall_offset + elapsed,
             "fps": rate("frames"), "pps": rate("predictions"), "tps": rate("updates"),
             "samples_per_s": rate("trained"),
-            "score_mean_100": sum(scores) / len(scores) if scores else math.nan,
-            "episode_length_mean_100": sum(lengths) / len(lengths) if lengths else math.nan,
+            "score_mean_100": score_mean, "episode_length_mean_100": length_mean,
             "prediction_batch_mean": (snap["predictions"] - last["predictions"]) / batches if batches else 0.0,
             # samples per update: a batch trained `epochs` times counts its samples once and its updates each time
             "training_batch_mean": learner.epochs * (snap["trained"] - last["trained"]) / updates if updates else 0.0,
@@ -145,7 +164,7 @@ class Monitor(pl.Callback):
             "trainer_busy_share": rate("trainer_busy") / max(len(server.trainers), 1),
             "learner_busy_share": rate("learner_busy"),  # 1 = the optimiser is the bottleneck
             "agents": server.counts[0], "predictors": server.counts[1], "trainers": server.counts[2],
-            "seconds_to_stop_score": self.seconds_to_stop_score,
+            "seconds_to_stop_score": self.score_window.seconds_to_stop_score,
             "lr": self._learning_rate(),
             **server.counters.state_dict(),
             "produced_steps": server.produced_steps(), "frames": snap["frames"],

@@ -13,7 +13,7 @@ import torch
 
 from ga3c.agent import discounted_returns, run_agent
 from ga3c.learner import AUTOCAST_DTYPES, Learner, RMSpropTF, a3c_loss, resolve_precision
-from ga3c.monitor import Counters, Monitor
+from ga3c.monitor import Counters, Monitor, ScoreWindow
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.predictor import Predictor
 from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
@@ -186,11 +186,13 @@ def test_the_learner_replaces_its_published_metrics_never_changes_them():
     learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.Adam(params, lr=1e-3))
     logits, values = learner.model(torch.zeros(3, 4))
     (logits.sum() + values.sum()).backward()
-    published = {"loss": torch.tensor(1.0)}
+    published = {"loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5)}
     learner.last_metrics = published
+    learner._step_metrics = {"loss": torch.tensor(2.0)}
     learner.on_before_optimizer_step(None)
-    assert published == {"loss": torch.tensor(1.0)}
+    assert published == {"loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5)}
     assert set(learner.last_metrics) == {"loss", "grad_norm"} and learner.last_metrics["grad_norm"] > 0
+    assert learner.last_metrics["loss"] == 2.0
 
 
 def test_learning_rate_warms_up_linearly_per_update_then_holds():
@@ -409,6 +411,18 @@ def test_lambda_returns_interpolate_between_one_step_and_n_step():
     np.testing.assert_allclose(half, [1 + 0.5 * (0.5 * 3.0 + 0.5 * 3.0), 3.0])
 
 
+def test_score_window_means_and_stop_score():
+    """score_mean_100 is the mean of the last `size` episodes (NaN before the first); stop_score counts only
+    on a full window, is reported once, with the run's clock at that episode."""
+    window = ScoreWindow(3, stop_score=5.0, clock=lambda: 42.0)
+    assert all(np.isnan(window.means()))
+    assert [window.add(s, 10) for s in (9.0, 9.0)] == [False, False]   # mean 9 but the window is not full
+    assert window.means() == (9.0, 10.0) and window.seconds_to_stop_score is None
+    assert window.add(0.0, 40) is True and window.seconds_to_stop_score == 42.0   # (9 + 9 + 0) / 3 = 6 >= 5
+    assert window.means() == (6.0, 20.0)
+    assert ScoreWindow(2, None, lambda: 0.0).add(1e9, 1) is False   # no stop_score: never stops
+
+
 def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_score(tmp_path):
     """stop_score reached -> the run stops; episodes that end during the stop (worse ones, here) are counted
     but must not pull the reported score below the stop_score its stop_reason names (A3C's CartPole test saw
@@ -420,7 +434,7 @@ def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_sc
     a3c = A3CMonitor(OmegaConf.create({"log": {"score_window": 3}, "stop_score": 10}), tmp_path,
                      SimpleNamespace(snapshot=dict), None, {}, 0, 1)
     assert [a3c.episode(10.0, 5) for _ in range(3)] == [False, False, True]
-    assert a3c.episode(0.0, 5) is False and list(a3c.scores) == [10.0] * 3
+    assert a3c.episode(0.0, 5) is False and list(a3c.score_window.scores) == [10.0] * 3
 
     stops = []
     server = SimpleNamespace(frames=lambda: 0, all_predictors=[], all_trainers=[], counters=Counters(),
@@ -428,5 +442,5 @@ def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_sc
     ga3c = Monitor(server, tmp_path, 5.0, False, 3, 10)
     for score in (10.0, 10.0, 10.0, 0.0, 0.0):
         ga3c.record_episode(score, 5)
-    assert list(ga3c.scores) == [10.0] * 3 and server.counters["episodes"] == 5
+    assert list(ga3c.score_window.scores) == [10.0] * 3 and server.counters["episodes"] == 5
     assert stops == ["score_mean_100 reached stop_score=10"]

@@ -115,7 +115,9 @@ def test_learner_trains_with_vtrace_batches():
                  lengths=torch.tensor([4, 3]))
     loss = learner.training_step(batch, 0)
     assert torch.isfinite(loss)
+    assert learner.last_metrics == {}   # a step's metrics are published whole, with its gradient norm
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
-    assert 0 < learner.last_metrics["vtrace_rho_mean"] <= 1.0
+    learner.on_before_optimizer_step(None)
+    assert 0 < learner.last_metrics["vtrace_rho_mean"] <= 1.0 and learner.last_metrics["grad_norm"] > 0
 
