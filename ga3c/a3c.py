@@ -93,7 +93,7 @@ class A3CRun:
         for kind, a, b in events:
             if kind == "episode":
                 if self.monitor.episode(float(a), int(b)):
-                    self.request_stop(f"score_mean_100 reached stop_score={self.monitor.score_window.stop_score}")
+                    self.request_stop(self.monitor.score_window.stop_reason())
             elif kind == "error":
                 self.fail(f"agent {a} raised: {b}", FloatingPointError(b) if "FloatingPointError" in b
                           else RuntimeError(f"A3C agent {a} failed: {b.splitlines()[0]}"))

@@ -66,6 +66,10 @@ class ScoreWindow:
                 return True
             return False
 
+    def stop_reason(self) -> str:
+        """The run's stop_reason once add() returned True."""
+        return f"score_mean_100 reached stop_score={self.stop_score}"
+
     def means(self) -> tuple[float, float]:
         """(mean score, mean length) of the window; NaN while it is empty."""
         with self._lock:
@@ -107,7 +111,7 @@ class Monitor(pl.Callback):
         solved = self.score_window.add(score, length)
         self.server.counters.add(episodes=1)
         if solved:
-            self.server.request_stop(f"score_mean_100 reached stop_score={self.score_window.stop_score}")
+            self.server.request_stop(self.score_window.stop_reason())
 
     # --- measuring -----------------------------------------------------------------------------------
     def _snapshot(self) -> dict:
