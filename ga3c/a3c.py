@@ -117,7 +117,8 @@ class A3CRun:
     def save_checkpoint(self, name: str) -> None:
         snap = self.agents.snapshot()
         self.shared.save(self.output_dir / "checkpoints", name, self.monitor.counters(snap),
-                         self.monitor.wall_seconds(), self.monitor.updates(snap), self.wandb_id)
+                         self.monitor.wall_seconds(), self.monitor.updates(snap), self.wandb_id,
+                         self.monitor.score_window.state_dict())
 
     def _periodic_checkpoint(self) -> None:
         step = self.monitor.updates(self.agents.snapshot())

@@ -29,6 +29,7 @@ class A3CMonitor:
         self.wall_offset = float(run_state.get("wall_seconds", 0.0))
         self.frame_skip = frame_skip
         self.score_window = ScoreWindow(int(cfg.log.score_window), cfg.get("stop_score"), self.wall_seconds)
+        self.score_window.load_state_dict(run_state.get("score_window", {}))   # a resumed run's episodes
         self.finished = False  # once the agents stopped, produced but untrained steps count as discarded
         self.wandb_run = None
         self.start()

@@ -44,7 +44,8 @@ def share_optimizer_state(optimizer: torch.optim.Optimizer) -> list[dict]:
 
 
 def lightning_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, counters: dict,
-                         wall_seconds: float, updates: int, wandb_id: str | None) -> dict:
+                         wall_seconds: float, updates: int, wandb_id: str | None,
+                         score_window: dict | None = None) -> dict:
     """A checkpoint in Lightning's format: `Learner.load_state_dict(ckpt["state_dict"])` and a GA3C run's
     `ckpt_path=` both take it (weights, optimizer statistics and counters; Lightning's loop state is not
     there, so a GA3C run started from it counts its own updates from 0)."""
@@ -54,8 +55,10 @@ def lightning_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimize
         "epoch": 0, "global_step": int(updates), "pytorch-lightning_version": pl.__version__,
         "state_dict": {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()},
         "optimizer_states": [optimizer.state_dict()], "lr_schedulers": [],
-        # GA3C's RunState restores the counters from here, so frames keep counting across algorithms.
-        "callbacks": {"RunState": dict(counters=dict(counters), wall_seconds=float(wall_seconds), wandb_id=None)},
+        # GA3C's RunState restores the counters and the score window from here, so frames keep counting and
+        # score_mean_100 goes on across algorithms.
+        "callbacks": {"RunState": dict(counters=dict(counters), wall_seconds=float(wall_seconds), wandb_id=None,
+                                       score_window=dict(score_window or {}))},
         "a3c": dict(wandb_id=wandb_id, updates=int(updates)),
     }
 
@@ -75,10 +78,11 @@ class SharedModel:
         self.states = share_optimizer_state(self.optimizer)
 
     def save(self, directory: Path, name: str, counters: dict, wall_seconds: float, updates: int,
-             wandb_id: str | None) -> None:
+             wandb_id: str | None, score_window: dict | None = None) -> None:
         """Write `directory/name` atomically (a stop mid-write never leaves a broken checkpoint)."""
         directory.mkdir(parents=True, exist_ok=True)
-        checkpoint = lightning_checkpoint(self.model, self.optimizer, counters, wall_seconds, updates, wandb_id)
+        checkpoint = lightning_checkpoint(self.model, self.optimizer, counters, wall_seconds, updates, wandb_id,
+                                          score_window)
         tmp = directory / f".{name}.tmp"
         torch.save(checkpoint, tmp)
         os.replace(tmp, directory / name)

@@ -43,13 +43,15 @@ class RunState(pl.Callback):
 
     def state_dict(self) -> dict:
         return dict(counters=self.server.counter_totals(), wall_seconds=self.monitor.wall_seconds(),
-                    wandb_id=self.wandb_id, seed_counter=self.server.seed_counter, **self.extra)
+                    wandb_id=self.wandb_id, seed_counter=self.server.seed_counter,
+                    score_window=self.monitor.score_window.state_dict(), **self.extra)
 
     def load_state_dict(self, state: dict) -> None:
         self.server.counters.load_state_dict(state.get("counters", {}))
         self.monitor.wall_offset = float(state.get("wall_seconds", 0.0))
         self.server.seed_counter = int(state.get("seed_counter", 0))  # new agents get new env seeds
-        own = ("counters", "wall_seconds", "wandb_id", "seed_counter")
+        self.monitor.score_window.load_state_dict(state.get("score_window", {}))
+        own = ("counters", "wall_seconds", "wandb_id", "seed_counter", "score_window")
         self.extra.update({k: v for k, v in state.items() if k not in own})
 
 

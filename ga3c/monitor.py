@@ -70,6 +70,16 @@ class ScoreWindow:
         """The run's stop_reason once add() returned True."""
         return f"score_mean_100 reached stop_score={self.stop_score}"
 
+    def state_dict(self) -> dict:
+        """The window's episodes, saved in checkpoints: a resumed run's score_mean_100 goes on from them."""
+        with self._lock:
+            return dict(scores=list(self.scores), lengths=list(self.lengths))
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._lock:
+            self.scores.extend(float(s) for s in state.get("scores", []))
+            self.lengths.extend(int(n) for n in state.get("lengths", []))
+
     def means(self) -> tuple[float, float]:
         """(mean score, mean length) of the window; NaN while it is empty."""
         with self._lock:

@@ -444,3 +444,44 @@ def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_sc
         ga3c.record_episode(score, 5)
     assert list(ga3c.score_window.scores) == [10.0] * 3 and server.counters["episodes"] == 5
     assert stops == ["score_mean_100 reached stop_score=10"]
+
+
+def test_a_resumed_run_goes_on_with_the_score_window_of_its_checkpoint(tmp_path):
+    """GA3C's RunState and A3C's checkpoint save the window's episodes; a run resumed from either (GA3C from an
+    A3C checkpoint too) reports score_mean_100 over them at once instead of starting empty."""
+    from omegaconf import OmegaConf
+
+    from ga3c.a3c_monitor import A3CMonitor
+    from ga3c.a3c_shared import lightning_checkpoint
+    from ga3c.ga3c_run import RunState
+    from ga3c.runtime import checkpoint_run_state
+
+    def ga3c_run(window: int):
+        server = SimpleNamespace(frames=lambda: 0, all_predictors=[], all_trainers=[], counters=Counters(),
+                                 learner=SimpleNamespace(version=0, busy_seconds=0.0), request_stop=print,
+                                 counter_totals=dict, seed_counter=0)
+        monitor = Monitor(server, tmp_path, 5.0, False, window, None)
+        return RunState(server, monitor, None), monitor
+
+    first, first_monitor = ga3c_run(3)
+    for score, length in ((1.0, 10), (2.0, 20), (3.0, 30), (4.0, 40)):
+        first_monitor.record_episode(score, length)
+    state = first.state_dict()
+    assert state["score_window"] == dict(scores=[2.0, 3.0, 4.0], lengths=[20, 30, 40])
+
+    resumed, resumed_monitor = ga3c_run(3)
+    resumed.load_state_dict(state)
+    assert resumed_monitor.score_window.means() == (3.0, 30.0)
+    assert "score_window" not in resumed.extra             # not handed on as another component's state
+    smaller, smaller_monitor = ga3c_run(2)                  # a smaller log.score_window keeps the latest
+    smaller.load_state_dict(state)
+    assert smaller_monitor.score_window.means() == (3.5, 35.0)
+
+    model, a3c_window = MLPActorCritic((4,), 2, [8]), dict(scores=[5.0, 7.0], lengths=[50, 70])
+    a3c_checkpoint = lightning_checkpoint(model, torch.optim.Adam(model.parameters()), {}, 1.0, 1, None, a3c_window)
+    a3c = A3CMonitor(OmegaConf.create({"log": {"score_window": 3}, "stop_score": None}), tmp_path,
+                     SimpleNamespace(snapshot=dict), None, checkpoint_run_state(a3c_checkpoint), 0, 1)
+    assert a3c.score_window.means() == (6.0, 60.0) and a3c.score_window.state_dict() == a3c_window
+    from_a3c, from_a3c_monitor = ga3c_run(3)
+    from_a3c.load_state_dict(checkpoint_run_state(a3c_checkpoint))
+    assert from_a3c_monitor.score_window.means() == (6.0, 60.0)
