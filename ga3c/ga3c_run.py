@@ -36,9 +36,9 @@ class RunState(pl.Callback):
         self.extra: dict[str, object] = {}   # other components add their state (the auto-tuner)
 
     def on_fit_start(self, trainer, learner) -> None:
-        # After Lightning restored the checkpoint (so versions continue) and before it asks for data.
+        # After Lightning restored the model and callbacks (the learner's version continues: on_load_checkpoint)
+        # and before it asks for data. trainer.global_step is still 0 here on a resume (loops restore later).
         self.fit_started = True
-        learner.version = trainer.global_step
         self.server.start()
 
     def state_dict(self) -> dict:

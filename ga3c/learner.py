@@ -209,6 +209,11 @@ class Learner(pl.LightningModule):
         if self.counters is not None and not batch.get("repeat"):  # a batch's later passes are not new samples
             self.counters.add(trained_steps=len(batch["actions"]))
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # Before any callback's on_fit_start (Lightning restores global_step only after them): agents resumed
+        # from here tag their predictions with the restored version, and the first window's rates start from it.
+        self.version = int(checkpoint.get("global_step", 0))
+
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())
         if not self.warmup_updates:

@@ -114,5 +114,12 @@ def test_resume_continues_counters_optimizer_and_wandb_run(tmp_path):
     run_ids = lambda d: {p.name.rsplit("-", 1)[1] for p in (d / "wandb").glob("offline-run-*")}  # noqa: E731
     assert run_ids(first) == run_ids(second), "the resumed run must continue the same W&B run id"
     assert resumed["global_step"] == after["updates"]
+    # The first window's rates count only this run's updates: the learner's version is the checkpoint's from
+    # the start (Lightning restores global_step only after on_fit_start), not 0 until the first update.
+    window = json.loads((second / "metrics.jsonl").read_text().splitlines()[0])
+    resumed_from = next(v for k, v in state["callbacks"].items() if "RunState" in k)
+    seconds = window["wall_seconds"] - resumed_from["wall_seconds"]   # the window's length: it began at the resume
+    assert window["updates"] >= state["global_step"]
+    assert window["tps"] * seconds == pytest.approx(window["updates"] - state["global_step"], abs=0.5), window
     assert wandb_history_keys(first, SCORE_METRICS) == SCORE_METRICS
     assert_no_leftovers(str(tmp_path))
