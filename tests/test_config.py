@@ -45,6 +45,15 @@ def test_the_rmsprop_games_warm_up_and_the_adam_games_do_not():
         assert cfg.learner.optimizer._target_ == "torch.optim.Adam" and cfg.learner.warmup_updates == 0
 
 
+def test_boxing_takes_its_measured_entropy_weight_and_the_paper_still_overrides_it():
+    boxing = compose_config("game=boxing")
+    validate(boxing)
+    assert boxing.game.id == "ALE/Boxing-v5" and boxing.game.thresholds == [30, 60, 90]
+    assert boxing.learner.beta == 0.003 and compose_config().learner.beta == 0.01   # Pong keeps A2C's
+    assert compose_config("game=boxing", "learner.beta=0.02").learner.beta == 0.02
+    assert compose_config("game=boxing", "experiment=paper").learner.beta == 0.01
+
+
 def test_any_gymnasium_id_works_with_one_override():
     cfg = compose_config("game=cartpole", "game.id=Acrobot-v1")
     validate(cfg)
