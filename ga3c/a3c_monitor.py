@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ga3c.a3c_worker import LOSSES, AgentProcesses, L
+from ga3c.a3c_worker import LOSSES, AgentProcesses
 from ga3c.monitor import ScoreWindow, write_json_atomic
 
 
@@ -75,9 +75,8 @@ class A3CMonitor:
         updates = snap["updates"] - last["updates"]
         agents = self.agents.count
         busy = {k: rate(f"{k}_seconds") / agents for k in ("env", "forward", "train", "sync")}
-        losses = self.agents.losses
-        live_losses = losses[~torch.isnan(losses[:, 0])]
-        loss_means = live_losses.mean(0).tolist() if len(live_losses) else [math.nan] * len(LOSSES)
+        # each loss's mean over the window's updates, all agents (NaN in a window without one)
+        loss_means = {k: (snap[f"{k}_sum"] - last[f"{k}_sum"]) / updates if updates else math.nan for k in LOSSES}
         score_mean, length_mean = self.score_window.means()
         m = {
             "frames": counters["frames"], "episodes": counters["episodes"],
@@ -95,9 +94,10 @@ class A3CMonitor:
             "seconds_to_stop_score": self.score_window.seconds_to_stop_score,
             "lr": float(self.optimizer.param_groups[0]["lr"]),
             **counters,
-            "loss/loss": loss_means[L["loss"]], "loss/policy_loss": loss_means[L["policy_loss"]],
-            "loss/value_loss": loss_means[L["value_loss"]], "loss/entropy": loss_means[L["entropy"]],
-            "batch_size": loss_means[L["batch_size"]], "grad_norm": loss_means[L["grad_norm"]],
+            "loss/loss": loss_means["loss"], "loss/policy_loss": loss_means["policy_loss"],
+            "loss/value_loss": loss_means["value_loss"], "loss/entropy": loss_means["entropy"],
+            "batch_size": (snap["trained_steps"] - last["trained_steps"]) / updates if updates else math.nan,
+            "grad_norm": loss_means["grad_norm"],
             "policy_lag_mean": (snap["lag_sum"] - last["lag_sum"]) / updates if updates else math.nan,
             # where an A3C agent's time goes (share of wall time, mean over agents)
             "a3c_env_share": busy["env"], "a3c_forward_share": busy["forward"],

@@ -3,8 +3,8 @@
 Each agent has its own copy of the network: it acts with batch-1 forward passes of its copy, computes the gradient
 of the A3C loss on its own t_max rollout, applies it to the one shared model with the shared optimizer (Hogwild:
 parameters and optimizer statistics in shared memory, updated without a lock), then copies the shared weights back.
-`AgentProcesses` starts, replaces and stops them; each agent writes its own row of two shared tensors (its
-statistics and its last losses) and reports episodes, readiness and errors on one queue.
+`AgentProcesses` starts, replaces and stops them; each agent writes its own row of one shared tensor (its
+counters, times and loss sums) and reports episodes, readiness and errors on one queue.
 """
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ from ga3c.agent import discounted_returns
 from ga3c.env import make_env
 from ga3c.learner import a3c_loss
 
-# Per-agent statistics: one row per agent slot in a shared float64 tensor, written only by its agent.
+# Per-agent statistics: one row per agent slot in a shared float64 tensor, written only by its agent. The
+# losses are running sums, so the monitor reports their mean over every update of a window: one agent's last
+# t_max-step rollout (what it kept before) is mostly a rollout without a reward, a value loss of ~0.
+LOSSES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm")
 STATS = ("produced_steps", "trained_steps", "updates", "forwards", "episodes", "lag_sum",
-         "env_seconds", "forward_seconds", "train_seconds", "sync_seconds")
+         "env_seconds", "forward_seconds", "train_seconds", "sync_seconds", *(f"{k}_sum" for k in LOSSES))
 S = {name: i for i, name in enumerate(STATS)}
-LOSSES = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "batch_size")
-L = {name: i for i, name in enumerate(LOSSES)}
 
 
 # --- the agent process -----------------------------------------------------------------------------------
-def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states, stats, losses, control,
-                  events) -> None:
+def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states, stats, control, events) -> None:
     """Process entry point: act, compute gradients on t_max steps, apply them to the shared model, sync."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process stops us
     parent = os.getppid()
@@ -52,7 +52,7 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
         for p, state in zip(shared_model.parameters(), shared_states):
             optimizer.state[p] = state  # the shared statistics (Hogwild)
         local_params, shared_params = list(local.parameters()), list(shared_model.parameters())
-        row, loss_row = stats[index], losses[index]
+        row = stats[index]
         obs_buffer = np.zeros((t_max + 1, *obs_shape), env.observation_space.dtype)
         actions = torch.zeros(t_max, dtype=torch.long)
         rewards = np.zeros(t_max, np.float32)
@@ -123,12 +123,12 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
                 shared_p.grad = local_p.grad
             optimizer.step()  # Hogwild: no lock around the shared parameters and statistics
             row[S["lag_sum"]] += float(stats[:, S["updates"]].sum()) - synced_version
+            for key in ("loss", "policy_loss", "value_loss", "entropy"):
+                row[S[f"{key}_sum"]] += parts[key].item()
+            row[S["grad_norm_sum"]] += float(norm)
             row[S["updates"]] += 1
             row[S["trained_steps"]] += length
             row[S["train_seconds"]] += time.perf_counter() - start
-            for key in ("loss", "policy_loss", "value_loss", "entropy"):
-                loss_row[L[key]] = parts[key].item()
-            loss_row[L["grad_norm"]], loss_row[L["batch_size"]] = float(norm), length
         env.close()
     except Exception as error:  # noqa: BLE001 - reported to the main process, which stops the run
         events.put(("error", index, f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
@@ -137,7 +137,7 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
 
 # --- the main process's side -----------------------------------------------------------------------------
 class AgentProcesses:
-    """The A3C agent processes: starts, stops and kills them; their shared statistics, losses and stop flag;
+    """The A3C agent processes: starts, stops and kills them; their shared statistics and stop flag;
     the event queue, whose events `drain` hands to `on_events` (episodes, readiness, errors)."""
 
     def __init__(self, count: int, seed: int, spec: dict, shared_model: torch.nn.Module, shared_states: list[dict],
@@ -145,7 +145,6 @@ class AgentProcesses:
         self.count, self.seed, self.spec = count, seed, spec
         self.shared_model, self.shared_states, self.on_events = shared_model, shared_states, on_events
         self.stats = torch.zeros(count, len(STATS), dtype=torch.float64).share_memory_()
-        self.losses = torch.full((count, len(LOSSES)), math.nan, dtype=torch.float64).share_memory_()
         self.control = torch.zeros(1, dtype=torch.uint8).share_memory_()
         # forkserver: agents fork from a clean process that imported torch and the envs once (spawn would
         # import them again in every agent: minutes on a busy 2-core machine); no inherited threads (fork).
@@ -161,7 +160,7 @@ class AgentProcesses:
         self.seed_counter += 1
         process = self.ctx.Process(target=run_a3c_agent, name=f"a3c-agent-{index}", daemon=True,
                                    args=(index, seed, self.spec, self.shared_model, self.shared_states, self.stats,
-                                         self.losses, self.control, self.events))
+                                         self.control, self.events))
         process.start()
         self.processes[index] = process
 

@@ -1,6 +1,7 @@
 """The CPU A3C baseline: shared optimizer state, checkpoints GA3C loads, learning CartPole, clean stops."""
 from __future__ import annotations
 
+import json
 import math
 import signal
 import subprocess
@@ -15,7 +16,9 @@ from hydra.utils import instantiate
 
 from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
                       wait_until)
+from ga3c.a3c_monitor import A3CMonitor
 from ga3c.a3c_shared import lightning_checkpoint, share_optimizer_state
+from ga3c.a3c_worker import STATS
 from ga3c.learner import Learner, RMSpropTF
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.runtime import parse_max_time
@@ -97,6 +100,32 @@ def test_checkpoint_loads_into_learner_and_its_optimizer():
     assert checkpoint["pytorch-lightning_version"]
 
 
+def test_a3c_losses_are_the_windows_mean_over_every_update(tmp_path):
+    """The agents add each update's losses to running sums; a window reports their mean over its updates (one
+    agent's last 5-step rollout, reported before, was mostly reward-free: value loss ~0 in 9 windows of 10)."""
+    stats = torch.zeros(2, len(STATS), dtype=torch.float64)
+    agents = type("Agents", (), dict(count=2, restarts=0, snapshot=lambda self: dict(
+        zip(STATS, stats.sum(0).tolist()))))()
+    optimizer = torch.optim.SGD(MLPActorCritic((4,), 2, [8]).parameters(), lr=0.1)
+    monitor = A3CMonitor(compose_config("algo=a3c", "game=cartpole"), tmp_path, agents, optimizer, {}, 0, 1)
+    index = {name: i for i, name in enumerate(STATS)}
+    for agent, value_losses in ((0, [0.0, 0.0, 0.0]), (1, [4.0])):  # 4 updates: mean 1.0, the last one 4.0
+        for value_loss in value_losses:
+            stats[agent, index["value_loss_sum"]] += value_loss
+            stats[agent, index["entropy_sum"]] += 0.5
+            stats[agent, index["updates"]] += 1
+            stats[agent, index["trained_steps"]] += 5
+    m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)
+    assert m["loss/value_loss"] == 1.0 and m["loss/entropy"] == 0.5 and m["batch_size"] == 5.0 and m["tps"] == 4.0
+    stats[1, index["value_loss_sum"]] += 2.0
+    stats[1, index["updates"]] += 1
+    stats[1, index["trained_steps"]] += 3
+    m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)   # only the new update counts
+    assert m["loss/value_loss"] == 2.0 and m["batch_size"] == 3.0
+    m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)   # no update in this window
+    assert math.isnan(m["loss/value_loss"]) and m["tps"] == 0.0
+
+
 def test_parse_max_time():
     assert parse_max_time(None) is None
     assert parse_max_time("00:00:01:30") == 90.0
@@ -137,6 +166,9 @@ def test_a3c_learns_cartpole(tmp_path):
     assert summary["samples_per_s_run_mean"] > 0 and summary["fps_run_mean"] > 0
     assert list((run_dir / "wandb").glob("offline-run-*")), "no W&B run"
     assert (run_dir / "metrics.jsonl").read_text().count("\n") >= 2
+    windows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for m in (m for m in windows if m["tps"] > 0):   # each window's mean losses over its updates
+        assert 0 < m["loss/entropy"] <= math.log(2) + 1e-6 and math.isfinite(m["loss/value_loss"]), m
     # the checkpoint: Learner loads its weights; the greedy policy of those weights balances the pole
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     cfg = compose_config("algo=a3c", "game=cartpole")
