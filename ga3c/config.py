@@ -47,10 +47,13 @@ def machine_counts(cores: int, gpu: bool) -> dict[str, int]:
 
 
 def _machine_count(key: str) -> int:
+    if key == "cores":   # conf/algo/a3c.yaml: one A3C worker per core
+        return usable_cores()
     return machine_counts(usable_cores(), has_cuda_gpu())[key]
 
 
-# `agents: ${machine:agents}` in conf/config.yaml: counts derived from this machine when the config is read.
+# `agents: ${machine:agents}` in conf/config.yaml: counts derived from this machine when the config is read
+# (`${machine:cores}`: the usable cores).
 if not OmegaConf.has_resolver("machine"):
     OmegaConf.register_new_resolver("machine", _machine_count)
 

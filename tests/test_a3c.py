@@ -19,6 +19,7 @@ from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, r
 from ga3c.a3c_monitor import A3CMonitor
 from ga3c.a3c_shared import lightning_checkpoint, share_optimizer_state
 from ga3c.a3c_worker import STATS
+from ga3c.config import usable_cores
 from ga3c.learner import Learner, RMSpropTF
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 from ga3c.runtime import parse_max_time
@@ -139,6 +140,9 @@ def test_parse_max_time():
 def test_a3c_config_composes():
     cfg = compose_config("algo=a3c", "game=cartpole")
     assert cfg.algo.name == "a3c"
+    assert cfg.agents == usable_cores()   # one worker per core, as Mnih et al. (GA3C: 8 a core on a CPU)
+    assert compose_config("algo=a3c", "agents=3").agents == 3
+    assert compose_config("agents=3", "algo=a3c").agents == 3  # a command-line count wins in any order
     cfg = compose_config()
     assert cfg.algo.name == "ga3c"  # GA3C stays the default
 
