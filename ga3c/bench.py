@@ -30,6 +30,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ga3c.config import usable_cores
+
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
 ARM_ALGOS = {"ceiling": "ceiling", "a3c": "a3c", "ga3c": "ga3c"}
@@ -110,7 +112,7 @@ def arm_overrides(cfg: DictConfig, arm: str, user: list[str], run_dir: Path) -> 
     max_time = f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
     extra = list((bench.get("arm_overrides") or {}).get(arm, []) or [])
     if arm == "a3c":
-        a3c_agents = bench.a3c_agents if bench.a3c_agents is not None else (os.cpu_count() or 1)
+        a3c_agents = bench.a3c_agents if bench.a3c_agents is not None else usable_cores()  # as algo=a3c's default
         extra = [f"agents={a3c_agents}"] + extra
     replaced = {o.split("=", 1)[0].lstrip("+~") for o in extra} | {"algo"}
     kept = [o for o in user if o.split("=", 1)[0].lstrip("+~") not in replaced]

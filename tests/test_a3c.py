@@ -18,7 +18,7 @@ from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, r
                       wait_until)
 from ga3c.a3c_monitor import A3CMonitor
 from ga3c.a3c_shared import lightning_checkpoint, share_optimizer_state
-from ga3c.a3c_worker import STATS
+from ga3c.a3c_worker import STATS, S
 from ga3c.config import usable_cores
 from ga3c.learner import Learner, RMSpropTF
 from ga3c.networks import ConvActorCritic, MLPActorCritic
@@ -109,18 +109,17 @@ def test_a3c_losses_are_the_windows_mean_over_every_update(tmp_path):
         zip(STATS, stats.sum(0).tolist()))))()
     optimizer = torch.optim.SGD(MLPActorCritic((4,), 2, [8]).parameters(), lr=0.1)
     monitor = A3CMonitor(compose_config("algo=a3c", "game=cartpole"), tmp_path, agents, optimizer, {}, 0, 1)
-    index = {name: i for i, name in enumerate(STATS)}
     for agent, value_losses in ((0, [0.0, 0.0, 0.0]), (1, [4.0])):  # 4 updates: mean 1.0, the last one 4.0
         for value_loss in value_losses:
-            stats[agent, index["value_loss_sum"]] += value_loss
-            stats[agent, index["entropy_sum"]] += 0.5
-            stats[agent, index["updates"]] += 1
-            stats[agent, index["trained_steps"]] += 5
+            stats[agent, S["value_loss_sum"]] += value_loss
+            stats[agent, S["entropy_sum"]] += 0.5
+            stats[agent, S["updates"]] += 1
+            stats[agent, S["trained_steps"]] += 5
     m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)
     assert m["loss/value_loss"] == 1.0 and m["loss/entropy"] == 0.5 and m["batch_size"] == 5.0 and m["tps"] == 4.0
-    stats[1, index["value_loss_sum"]] += 2.0
-    stats[1, index["updates"]] += 1
-    stats[1, index["trained_steps"]] += 3
+    stats[1, S["value_loss_sum"]] += 2.0
+    stats[1, S["updates"]] += 1
+    stats[1, S["trained_steps"]] += 3
     m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)   # only the new update counts
     assert m["loss/value_loss"] == 2.0 and m["batch_size"] == 3.0
     m = monitor.window(agents.snapshot(), monitor.last_time + 1.0)   # no update in this window
