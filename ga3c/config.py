@@ -57,6 +57,15 @@ def _machine_count(key: str) -> int:
 if not OmegaConf.has_resolver("machine"):
     OmegaConf.register_new_resolver("machine", _machine_count)
 
+
+def ale_name(game_id: str) -> str:
+    """A game's name from its ALE id (conf/game/atari.yaml): ALE/MsPacman-v5 -> mspacman."""
+    return re.sub(r"-v\d+$", "", str(game_id).rsplit("/", 1)[-1]).lower()
+
+
+if not OmegaConf.has_resolver("ale_name"):
+    OmegaConf.register_new_resolver("ale_name", ale_name)
+
 # The precisions GA3C runs with (trainer.precision); Lightning knows a few more (16-true, transformer-engine)
 # that the predictors' bf16 copy and the learner's autocast do not handle.
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "32", "bf16", "16", "64-true", "64")
@@ -258,6 +267,8 @@ SCHEMA: dict[str, Spec] = {
     "game.sticky_actions": FRACTION,
     "game.noop_max": integer(0, 10_000),
     "game.terminal_on_life_loss": boolean(),
+    "game.fire_on_reset": boolean(),
+    "game.anchors.*": number(null=True),
     "game.max_episode_frames": integer(1, null=True),
     "game.thresholds": list_of(number(), "a list of scores", null=True),
     "algo.name": choice("ga3c", "a3c", "ceiling"),
@@ -556,7 +567,7 @@ def _check_together(tree: dict) -> None:
             raise ConfigError(f"game.frame_skip must be 1 for a game that is not Atari (game.atari=false), "
                               f"got {_show(game['frame_skip'])}")
         atari_only = [k for k in ("frame_stack", "screen_size", "max_pool", "sticky_actions", "noop_max",
-                                  "terminal_on_life_loss") if k in game]
+                                  "terminal_on_life_loss", "fire_on_reset") if k in game]
         if atari_only:
             raise ConfigError(f"game.{atari_only[0]} applies to Atari games only (game.atari=true); "
                               f"{game['id']!r} is not one")

@@ -16,7 +16,8 @@ except ImportError:  # pragma: no cover - ale-py is a dependency; classic contro
 
 
 class AtariFrames(gym.Wrapper):
-    """Frame skip with max-pooling, 84x84 grayscale, no-op starts, life-loss signal, on the ALE directly.
+    """Frame skip with max-pooling, 84x84 grayscale, no-op starts, life-loss signal, FIRE after a reset or a
+    lost life, on the ALE directly.
 
     gymnasium's AtariPreprocessing does the same but renders every skipped frame through the wrapper
     stack; driving the ALE ourselves and grabbing only the last two screens is ~40 % faster
@@ -24,7 +25,8 @@ class AtariFrames(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, frame_skip: int = 4, frame_stack: int = 4, screen_size: int = 84,
-                 max_pool: bool = True, noop_max: int = 30, terminal_on_life_loss: bool = False):
+                 max_pool: bool = True, noop_max: int = 30, terminal_on_life_loss: bool = False,
+                 fire_on_reset: bool = False):
         super().__init__(env)
         self.ale = env.unwrapped.ale
         self.action_set = env.unwrapped._action_set
@@ -37,6 +39,10 @@ class AtariFrames(gym.Wrapper):
         self.stack = np.zeros((frame_stack, screen_size, screen_size), np.uint8)
         self.observation_space = gym.spaces.Box(0, 255, self.stack.shape, np.uint8)
         self.lives = 0
+        # Games that wait for FIRE to serve (Breakout) otherwise spend their first updates learning to press it
+        # after every lost life; OpenAI baselines' FireResetEnv, under the A2C figures we compare with, does this.
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire = self.action_set[meanings.index("FIRE")] if fire_on_reset and "FIRE" in meanings else None
 
     def _observe(self, new_episode: bool = False) -> np.ndarray:
         if self.max_pool:
@@ -47,12 +53,18 @@ class AtariFrames(gym.Wrapper):
             self.stack[:-1] = self.stack[-1]
         return self.stack
 
+    def _press_fire(self) -> None:
+        """One frame of FIRE (not counted as an agent step), where the game has it and it is asked for."""
+        if self.fire is not None and not self.ale.game_over():
+            self.ale.act(self.fire)
+
     def reset(self, **kwargs: Any):
         _, info = self.env.reset(**kwargs)
         for _ in range(int(self.np_random.integers(0, self.noop_max + 1)) if self.noop_max else 0):
             self.ale.act(self.action_set[0])
             if self.ale.game_over():
                 _, info = self.env.reset()
+        self._press_fire()
         self.ale.getScreenGrayscale(self.screens[0])
         self.screens[1] = self.screens[0]
         self.lives = self.ale.lives()
@@ -72,6 +84,8 @@ class AtariFrames(gym.Wrapper):
         lives = ale.lives()
         life_lost = lives < self.lives
         self.lives = lives
+        if life_lost and not terminated:
+            self._press_fire()
         # A lost life is reported in info: the agent cuts the bootstrap there if asked, the episode goes on.
         info = {"life_lost": life_lost and self.terminal_on_life_loss}
         return self._observe(), reward, terminated, False, info
@@ -86,7 +100,8 @@ def make_env(game: dict, seed: int | None = None) -> gym.Env:
         env = AtariFrames(env, frame_skip=game.get("frame_skip", 4), frame_stack=game.get("frame_stack", 4),
                           screen_size=game.get("screen_size", 84), max_pool=game.get("max_pool", True),
                           noop_max=game.get("noop_max", 30),
-                          terminal_on_life_loss=game.get("terminal_on_life_loss", False))
+                          terminal_on_life_loss=game.get("terminal_on_life_loss", False),
+                          fire_on_reset=game.get("fire_on_reset", False))
         # Truncation by TimeLimit: ALE's own max_num_frames_per_episode slows every step by ~25 %.
         if game.get("max_episode_frames"):
             env = gym.wrappers.TimeLimit(env, game["max_episode_frames"] // game.get("frame_skip", 4))
