@@ -308,6 +308,12 @@ SCHEMA: dict[str, Spec] = {
     "learncurve.rerun": boolean(),
     "learncurve.a3c_agents": integer(1, 4096, null=True),
     "learncurve.grid_points": integer(2, 100_000),
+    # conf/suite.yaml (python -m ga3c.suite)
+    "games": list_of(NAME, "a non-empty list of game names", min_len=1),
+    "suite.random_episodes": integer(1, 100_000),
+    "suite.eval_episodes": integer(0, 100_000),
+    "suite.score_at_minutes": list_of(POSITIVE, "a list of minutes > 0", min_len=1),
+    "suite.analyze_only": boolean(),
     # conf/bench.yaml (python -m ga3c.bench)
     "bench.seconds_per_arm": POSITIVE,
     "bench.warmup_seconds": NON_NEGATIVE,
@@ -321,7 +327,7 @@ SCHEMA: dict[str, Spec] = {
 
 # Keys every run reads (a missing one, `~key`, would fail mid-start-up); the rest may be absent.
 REQUIRED = tuple(k for k in SCHEMA if k.split(".")[0] not in (
-    "game", "algo", "autotune", "video", "seeds", "minutes", "learncurve", "bench")) + (
+    "game", "algo", "autotune", "video", "seeds", "minutes", "learncurve", "bench", "games", "suite")) + (
     "game.name", "game.id", "algo.name", "autotune.name", "net._target_", "learner.optimizer._target_",
     "learner.optimizer.lr")
 
@@ -543,6 +549,10 @@ def _resolve(cfg) -> dict:
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "a key"
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        missing = re.search(r"Missing mandatory value: (\S+)", message)
+        if missing:  # `id: ???` of conf/game/atari.yaml, or any other key left for the user to give
+            example = " (e.g. game.id=ALE/Asterix-v5)" if missing.group(1) == "game.id" else ""
+            raise ConfigError(f"{missing.group(1)} must be given: it has no default{example}") from None
         raise ConfigError(f"{key} cannot be resolved: {message}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"the config must be a mapping of keys, got {_show(tree)}")

@@ -1,0 +1,364 @@
+"""The Atari suite: one set of defaults over many games, one table.
+
+    python -m ga3c.suite seeds=1 minutes=60                          # the 11 games of the paper's Table 3
+    python -m ga3c.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
+    python -m ga3c.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
+
+For each game, one after another on this machine (runs side by side on a small machine would measure each
+other), into OUTPUT_DIR/GAME:
+  1. its random-play score: a uniform policy through the same preprocessing and episode rules,
+     suite.random_episodes episodes (random.json; measured once);
+  2. the learning benchmark, `python -m ga3c.learncurve game=GAME seeds=.. minutes=..` with every other override
+     given here: each seed a `train.py` run, resumable (a run finished on this budget is not run again);
+  3. a final evaluation of each seed's last checkpoint, `python -m ga3c.play` (suite.eval_episodes episodes,
+     no-op starts, actions sampled from the policy): ARM/seedN/play-sampled/scores.json.
+Then, from whatever has finished, into OUTPUT_DIR: suite.md / suite.csv / suite.json (a row per game: random,
+human and published anchors, the rolling-100 score at suite.score_at_minutes, the evaluation, the human-
+normalised score, frames, frames/s, time and frames to each threshold and anchor), suite_time.png and
+suite_frames.png (a panel per game), manifest.json (command, commit, date, CPU), and the same to W&B.
+
+On a cluster the games can run as parallel jobs through a Hydra launcher instead of step 2:
+    python -m ga3c.learncurve -m game=amidar,boxing,breakout seeds=1 minutes=60 hydra/launcher=submitit_slurm \
+        hydra.sweep.dir=runs/suite 'hydra.sweep.subdir=${game.name}'
+    python -m ga3c.suite 'games=[amidar,boxing,breakout]' seeds=1 minutes=60 hydra.run.dir=runs/suite
+(the second call finds the finished runs, measures random play, evaluates and writes the table).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+import ga3c  # noqa: F401  registers ${machine:...}
+from ga3c import learncurve
+
+log = logging.getLogger(__name__)
+REPO = learncurve.REPO
+OWN_KEYS = ("games", "suite.", "hydra.", "seeds", "minutes", "game=")
+ANCHORS = {"a3c_4days": "CPU A3C 4 d", "a2c_40m": "A2C 40 M"}
+
+
+# --- random play --------------------------------------------------------------------------------------
+def random_play(game: dict, episodes: int, seed: int = 20_000) -> dict:
+    """The mean score of a uniform random policy over `episodes` whole episodes of `game` (a game config as
+    a dict), built by the same make_env as training: same preprocessing, no-op starts and episode limit."""
+    from ga3c.env import make_env
+
+    rng = np.random.default_rng(seed)
+    env = make_env(game, seed=seed)
+    scores, lengths = [], []
+    try:
+        for i in range(episodes):
+            env.reset(seed=seed + i)
+            total, steps, done = 0.0, 0, False
+            while not done:
+                _, reward, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+                total, steps, done = total + float(reward), steps + 1, terminated or truncated
+            scores.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    std = float(np.std(scores, ddof=1)) if episodes > 1 else 0.0
+    return dict(game=game["name"], id=game["id"], episodes=episodes, seed=seed, mean=float(np.mean(scores)),
+                std=std, sem=std / math.sqrt(episodes), scores=scores, lengths=lengths)
+
+
+def measured_random(game: dict, out: Path, episodes: int) -> dict:
+    """random.json in the game's folder, measured now if it is not there (or has fewer episodes)."""
+    path = out / "random.json"
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("episodes", 0) >= episodes and cached.get("id") == game["id"]:
+            return cached
+    except (OSError, ValueError):
+        pass
+    log.info("%s: random play, %d episodes", game["name"], episodes)
+    result = random_play(game, episodes)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+# --- running ------------------------------------------------------------------------------------------
+def user_overrides() -> list[str]:
+    """The command line's training overrides (they apply to every game); the suite's own keys are not passed."""
+    return [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(OWN_KEYS)]
+
+
+def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
+    return [sys.executable, "-m", "ga3c.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
+            *user_overrides(), f"wandb.group=suite-{Path(cfg.output_dir).name}", f"hydra.run.dir={out}"]
+
+
+def evaluate(run_dir: Path, episodes: int, wandb_mode: str) -> dict | None:
+    """play.py's scores of a finished run's last checkpoint, run once (kept in play-sampled/scores.json)."""
+    scores = run_dir / "play-sampled" / "scores.json"
+    if not scores.exists():
+        if not (run_dir / "checkpoints" / "last.ckpt").exists():
+            return None
+        command = [sys.executable, "-m", "ga3c.play", f"ckpt_path={run_dir}", f"episodes={episodes}", "video=false",
+                   f"wandb.mode={wandb_mode}"]
+        log.info("evaluating %s: %s", run_dir, " ".join(command[1:]))
+        with open(run_dir / "play.log", "w") as output:
+            code = learncurve.run_to_end(command, output)
+        if code or not scores.exists():
+            log.warning("evaluation of %s failed (exit %s, see %s)", run_dir, code, run_dir / "play.log")
+            return None
+    result = json.loads(scores.read_text())
+    return result if len(result.get("episodes", [])) >= episodes else None
+
+
+# --- analysis -----------------------------------------------------------------------------------------
+def score_at(curve: dict, seconds: float) -> float:
+    """The rolling-100 score at the last window at or before `seconds`; NaN if the run ended before it."""
+    walls = curve["wall_seconds"]
+    if not walls or walls[-1] < seconds - 30:  # a run that never got this far (30 s: the first window's delay)
+        return math.nan
+    best = math.nan
+    for wall, score in zip(walls, curve["score"]):
+        if wall > seconds:
+            break
+        best = score
+    return best
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if v == v]
+    return learncurve.median(finite) if finite else math.nan
+
+
+def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict[int, dict | None],
+             minutes_at: list[float]) -> dict:
+    """One game's figures: medians over its seeds, a never-reached threshold counted as slowest."""
+    anchors = {k: v for k, v in (game.get("anchors") or {}).items() if v is not None}
+    thresholds = sorted(float(t) for t in (game.get("thresholds") or []))
+    targets = {**{f"{t:g}": t for t in thresholds}, **{ANCHORS.get(k, k): float(v) for k, v in anchors.items()
+                                                       if k in ANCHORS}}
+    seeds = {}
+    for seed, run_dir in runs.items():
+        curve = learncurve.read_curve(run_dir)
+        if not curve["wall_seconds"]:
+            continue
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {}
+        scores = [s for s in curve["score"] if s == s]
+        seeds[seed] = dict(curve=curve, final=scores[-1] if scores else math.nan, frames=curve["frames"][-1],
+                           minutes=curve["wall_seconds"][-1] / 60, fps=summary.get("fps_run_mean", math.nan),
+                           at={f"{m:g}": score_at(curve, 60 * m) for m in minutes_at},
+                           reach={name: learncurve.first_reach(curve, value) for name, value in targets.items()},
+                           eval=(evals.get(seed) or {}).get("score_mean", math.nan))
+    row = dict(game=game["name"], id=game["id"], seeds=len(seeds), random=random["mean"] if random else math.nan,
+               random_episodes=random["episodes"] if random else 0, human=anchors.get("human", math.nan),
+               **{k: anchors.get(k, math.nan) for k in ANCHORS}, targets=targets)
+    row["final"] = _median([s["final"] for s in seeds.values()])
+    row["eval"] = _median([s["eval"] for s in seeds.values()])
+    row["frames"] = _median([s["frames"] for s in seeds.values()])
+    row["minutes"] = _median([s["minutes"] for s in seeds.values()])
+    row["fps"] = _median([s["fps"] for s in seeds.values()])
+    row["at"] = {m: _median([s["at"][m] for s in seeds.values()]) for m in (f"{m:g}" for m in minutes_at)}
+    row["reach"] = {name: (learncurve.median([s["reach"][name][0] for s in seeds.values()]),
+                           learncurve.median([s["reach"][name][1] for s in seeds.values()]))
+                    for name in targets} if seeds else {}
+    span = row["human"] - row["random"]
+    row["hns"] = (row["final"] - row["random"]) / span if span == span and span != 0 else math.nan
+    row["hns_eval"] = (row["eval"] - row["random"]) / span if span == span and span != 0 else math.nan
+    a3c = anchors.get("a3c_4days")
+    # "left random play": at least 10 % of the way from our random score to CPU A3C's four-day score
+    row["left_random"] = (bool(row["final"] >= row["random"] + 0.1 * (a3c - row["random"]))
+                          if a3c is not None and row["final"] == row["final"] and row["random"] == row["random"]
+                          else None)
+    for key in ANCHORS:
+        row[f"beat_{key}"] = (bool(math.isfinite(row["reach"][ANCHORS[key]][0])) if key in anchors and seeds
+                              else None)
+    row["curves"] = {seed: s["curve"] for seed, s in seeds.items()}
+    return row
+
+
+def _num(value: float, digits: int = 1) -> str:
+    if value is None or value != value:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _reach(pair) -> str:
+    seconds, frames = pair
+    return "—" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min / {frames / 1e6:.1f} M"
+
+
+def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episodes: int) -> str:
+    at = [f"{m:g}" for m in minutes_at]
+    head = ["game", "seeds", "random (ours)", "human", "CPU A3C 4 d", "A2C 40 M",
+            *[f"score @ {m} min" for m in at], f"eval ({eval_episodes} ep.)", "HNS (final / eval)", "frames",
+            "frames/s", "to CPU A3C 4 d", "to A2C 40 M", "to thresholds", "left random"]
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        thresholds = "; ".join(f"{name}: {_reach(r['reach'][name])}" for name in r["targets"]
+                               if name not in ANCHORS.values()) if r["reach"] else "—"
+        lines.append("| " + " | ".join([
+            r["game"], str(r["seeds"]), _num(r["random"]), _num(r["human"]), _num(r["a3c_4days"]),
+            _num(r["a2c_40m"]), *[_num(r["at"][m]) for m in at], _num(r["eval"]),
+            f"{_num(r['hns'], 2)} / {_num(r['hns_eval'], 2)}", _num(r["frames"] / 1e6, 2) + " M",
+            _num(r["fps"], 0),
+            _reach(r["reach"][ANCHORS["a3c_4days"]]) if ANCHORS["a3c_4days"] in r["reach"] else "—",
+            _reach(r["reach"][ANCHORS["a2c_40m"]]) if ANCHORS["a2c_40m"] in r["reach"] else "—",
+            thresholds, {True: "yes", False: "no", None: "—"}[r["left_random"]]]) + " |")
+    beat_a3c = [r for r in rows if r["beat_a3c_4days"] is not None]
+    beat_a2c = [r for r in rows if r["beat_a2c_40m"] is not None]
+    lines += ["", f"Beat CPU A3C's four-day score within the budget: {sum(r['beat_a3c_4days'] for r in beat_a3c)} "
+              f"of {len(beat_a3c)} games run; A2C's 40 M-frame score: {sum(r['beat_a2c_40m'] for r in beat_a2c)} of "
+              f"{len(beat_a2c)}; left random play (final rolling-100 at least 10 % of the way from random to CPU "
+              f"A3C's four-day score): {sum(bool(r['left_random']) for r in rows)} of "
+              f"{sum(r['left_random'] is not None for r in rows)}.",
+              "", "Scores are the rolling mean of the last 100 training episodes (medians over seeds); eval: the "
+              "last checkpoint, no-op starts, sampled actions. random: a uniform policy through the same "
+              "preprocessing. HNS = (score - random) / (human - random). Times: wall clock from the run's start, "
+              "— = not reached. Anchors: human (Mnih et al. 2015), CPU A3C after 4 days on 16 cores (Mnih et al. "
+              "2016, feed-forward, human starts), A2C after 40 M frames (Schulman et al. 2017)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_grid(rows: list[dict], key: str, path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(4, max(1, len(rows)))
+    lines_ = math.ceil(len(rows) / columns) if rows else 1
+    fig, axes = plt.subplots(lines_, columns, figsize=(4 * columns, 3.2 * lines_), squeeze=False)
+    scale, label = (60.0, "wall time (minutes)") if key == "wall_seconds" else (1e6, "env frames (millions)")
+    for axis, r in zip(axes.flat, rows):
+        for seed, curve in sorted(r["curves"].items()):
+            axis.plot(np.asarray(curve[key]) / scale, curve["score"], linewidth=1.2, label=f"seed {seed}")
+        for value, style, name in ((r["random"], ":", "random"), (r["a3c_4days"], "--", "CPU A3C 4 d"),
+                                   (r["a2c_40m"], "-.", "A2C 40 M")):
+            if value == value:
+                axis.axhline(value, color="grey", linestyle=style, linewidth=0.9, label=name)
+        axis.set_title(r["game"])
+        axis.set_xlabel(label)
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(rows):]:
+        axis.axis("off")
+    if rows:
+        axes.flat[0].set_ylabel("rolling-100 score")
+        axes.flat[0].legend(fontsize=7, loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[float], eval_episodes: int) -> dict:
+    paths = dict(md=out / "suite.md", csv=out / "suite.csv", json=out / "suite.json",
+                 time_png=out / "suite_time.png", frames_png=out / "suite_frames.png")
+    paths["md"].write_text(markdown(rows, title, minutes_at, eval_episodes))
+    plot_grid(rows, "wall_seconds", paths["time_png"], title + ": score against wall time")
+    plot_grid(rows, "frames", paths["frames_png"], title + ": score against frames")
+    plain = [{k: v for k, v in r.items() if k != "curves"} for r in rows]
+    paths["json"].write_text(json.dumps(plain, indent=1, default=float) + "\n")
+    flat_keys = ["game", "seeds", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "hns_eval",
+                 "frames", "fps", "minutes", "left_random", "beat_a3c_4days", "beat_a2c_40m"]
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.writer(handle)
+        names = sorted({n for r in rows for n in r["reach"]}, key=str)
+        writer.writerow(flat_keys + [f"score_at_{m:g}_min" for m in minutes_at]
+                        + [f"seconds_to_{n}" for n in names] + [f"frames_to_{n}" for n in names])
+        for r in rows:
+            reach = [r["reach"].get(n, (math.nan, math.nan)) for n in names]
+            writer.writerow([r[k] for k in flat_keys] + [r["at"][f"{m:g}"] for m in minutes_at]
+                            + [p[0] for p in reach] + [p[1] for p in reach])
+    return paths
+
+
+def log_wandb(cfg: DictConfig, rows: list[dict], paths: dict, out: Path) -> None:
+    if cfg.wandb.mode == "disabled":
+        return
+    import wandb
+
+    from ga3c.runtime import finish_wandb
+
+    run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=f"suite-{out.name}", dir=str(out),
+                     job_type="suite", mode=cfg.wandb.mode, name=f"suite-{out.name}",
+                     config=dict(games=list(cfg.games), seeds=int(cfg.seeds), minutes=float(cfg.minutes)))
+    try:
+        columns = ["game", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "frames", "fps"]
+        table = wandb.Table(columns=columns, data=[[r[c] if r[c] == r[c] else None for c in columns] for r in rows])
+        run.log({"suite/table": table, "suite/curves_time": wandb.Image(str(paths["time_png"])),
+                 "suite/curves_frames": wandb.Image(str(paths["frames_png"]))})
+        for r in rows:
+            run.summary[f"{r['game']}/final"] = r["final"] if r["final"] == r["final"] else None
+            run.summary[f"{r['game']}/hns"] = r["hns"] if r["hns"] == r["hns"] else None
+    finally:
+        finish_wandb()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="suite")
+def main(cfg: DictConfig) -> None:
+    from hydra import compose
+
+    from ga3c.config import ConfigError, hydra_error_message, validate
+
+    games = OmegaConf.to_container(cfg.games)
+    configs = {}
+    try:
+        validate(cfg)
+        if not isinstance(games, list) or not games or len(set(map(str, games))) != len(games):
+            raise ConfigError(f"games must be a non-empty list of game names without repeats, got {games!r}")
+        for name in map(str, games):  # every game composes (with the overrides given) before anything starts
+            try:
+                game_cfg = compose(config_name="learncurve", overrides=[f"game={name}", *user_overrides()])
+            except Exception as error:  # noqa: BLE001 - Hydra's composition errors, one line each
+                raise ConfigError(f"games: {name}: {hydra_error_message(error) or error}") from None
+            if not (game_cfg.learncurve.thresholds or game_cfg.game.get("thresholds")):
+                raise ConfigError(f"games: {name} has no score thresholds (game.thresholds)")
+            configs[name] = OmegaConf.to_container(game_cfg.game, resolve=True)
+    except ConfigError as error:
+        print(f"ga3c: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arm = str(cfg.learncurve.arms[0])
+    minutes_at = [float(m) for m in cfg.suite.score_at_minutes]
+    rows = []
+    for name, game in configs.items():
+        game_out = out / name
+        random = measured_random(game, game_out, int(cfg.suite.random_episodes))
+        if not cfg.suite.analyze_only:
+            command = learncurve_command(name, cfg, game_out)
+            log.info("%s: %s", name, " ".join(command[1:]))
+            game_out.mkdir(parents=True, exist_ok=True)
+            with open(game_out / "learncurve.log", "a") as output:
+                code = learncurve.run_to_end(command, output)
+            if code:
+                log.warning("%s: learncurve exited with %d (see %s)", name, code, game_out / "learncurve.log")
+        runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
+        evals = {seed: evaluate(run_dir, int(cfg.suite.eval_episodes), str(cfg.wandb.mode))
+                 for seed, run_dir in runs.items()
+                 if learncurve.finished(run_dir, float(cfg.minutes)) and int(cfg.suite.eval_episodes) > 0}
+        rows.append(game_row(game, random, runs, evals, minutes_at))
+        title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
+        paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))  # after every game
+    from ga3c.manifest import write_manifest
+
+    fps = {r["game"]: r["fps"] for r in rows}
+    write_manifest(out, "ga3c.suite", games=list(configs), seeds=int(cfg.seeds), minutes=float(cfg.minutes),
+                   frames_per_second=fps)
+    log_wandb(cfg, rows, paths, out)
+    print(paths["md"].read_text())
+    print(f"[suite] wrote {', '.join(str(p) for p in paths.values())}")
+
+
+if __name__ == "__main__":
+    main()
