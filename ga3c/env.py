@@ -11,6 +11,9 @@ try:  # gymnasium >= 1.0 finds the ALE/... ids only once ale_py is imported in t
     import ale_py
 
     gym.register_envs(ale_py)
+    # The ALE prints its banner once per emulator (17 times before a 16-agent run's first progress line);
+    # its warnings and errors still show.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
 except ImportError:  # pragma: no cover - ale-py is a dependency; classic control still works without it
     ale_py = None
 
