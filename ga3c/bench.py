@@ -208,7 +208,7 @@ def measure(arm: str, seen: list[dict], warm_from: float, gpu: GpuSampler, retur
     running = [s for s in seen if s["summary"].get("status") == "running"]
     final = seen[-1]["summary"] if seen else {}
     result = dict(arm=arm, label=LABELS[arm], returncode=returncode, status=final.get("status", "no summary"),
-                  run_dir=str(run_dir), agents=final.get("agents"), predictors=final.get("predictors"),
+                  run_dir=run_dir.name, agents=final.get("agents"), predictors=final.get("predictors"),
                   trainers=final.get("trainers"), score_mean_100=final.get("score_mean_100"))
     after = [s for s in running if s["summary"]["wall_seconds"] >= warm_from]
     if len(after) < 2:  # a short arm: fall back to every running summary
@@ -445,6 +445,10 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
             signal.signal(s, handler)
     report = dict(meta=meta, arms=results, ratios=ratios(results))
     (out / "bench.json").write_text(json.dumps(report, indent=2, default=float))
+    from ga3c.manifest import write_manifest
+
+    write_manifest(out, "ga3c.bench", game=meta["game"], net=net,
+                   frames_per_second={arm: m.get("fps") for arm, m in results.items()})
     md = markdown(results, meta)
     (out / "bench.md").write_text(md)
     chart(results, meta, out / "bench.png")

@@ -171,7 +171,7 @@ def analyze(runs: dict[str, dict[int, Path]], thresholds: list[float]) -> dict:
             except (OSError, ValueError):
                 pass
             per_seed[seed] = dict(
-                run_dir=str(run_dir), curve=curve, final_score=scores[-1] if scores else math.nan,
+                run_dir=f"{run_dir.parent.name}/{run_dir.name}", curve=curve, final_score=scores[-1] if scores else math.nan,
                 best_score=max(scores) if scores else math.nan, frames=curve["frames"][-1],
                 wall_seconds=curve["wall_seconds"][-1], fps=summary.get("fps_run_mean", math.nan),
                 policy_lag=_mean([x for x in curve["policy_lag"] if x == x]),
@@ -368,6 +368,12 @@ def main(cfg: DictConfig) -> None:
     title = f"{cfg.game.name}: score against wall time ({seeds} seeds, {minutes:g} min each)"
     results = analyze(runs, [float(t) for t in thresholds])
     paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
+    from ga3c.manifest import write_manifest
+
+    paths["manifest"] = write_manifest(out, "ga3c.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
+                                       minutes=float(minutes), frames_per_second={
+                                           arm: {seed: s["fps"] for seed, s in data["seeds"].items()}
+                                           for arm, data in results["arms"].items()})
     log_wandb(cfg, results, paths, out)
     print(paths["md"].read_text())
     print(f"[learncurve] wrote {', '.join(str(p) for p in paths.values())}")
