@@ -31,7 +31,7 @@ def run(cfg: DictConfig) -> float:
 
     try:
         validate(cfg)  # before the heavy imports: bad input is answered in a second
-        from ga3c.run import train
+        from ga3c.algos import train
         from ga3c.runtime import quiet_libraries
 
         quiet_libraries()
@@ -40,7 +40,7 @@ def run(cfg: DictConfig) -> float:
         print(f"ga3c: error: {error}", file=sys.stderr)
         sys.exit(2)
     except Exception as error:
-        if type(error).__name__ != "RunFailed":  # ga3c.run.RunFailed, without importing torch up front
+        if type(error).__name__ != "RunFailed":  # ga3c.runtime.RunFailed, without importing torch up front
             raise
         # The run detected a failure (NaN loss, a thread raised) and ended cleanly; the message says which.
         if HydraConfig.get().mode == RunMode.MULTIRUN:  # one bad trial must not end a sweep

@@ -6,8 +6,9 @@ Data flow, one file per role:
       -> training queue (shared_memory.py)   -> trainer.py (threads, batch assembly, IterableDataset)
       -> learner.py (LightningModule: the one actor-critic of networks.py)
     server.py starts and stops them all; monitor.py measures; autotune.py changes the counts.
-Runs: run.py hands a config to its algo= module (ga3c_run.py, a3c.py, ceiling.py), all over runtime.py.
-Studies: bench.py (throughput), learncurve.py (score against wall time), report.py; probe_envs.py (game=cue).
+Runs: algos/ hands a config to its algo= module (algos/ga3c.py, algos/a3c.py, algos/ceiling.py), all over
+runtime.py. Study tools: tools/ (bench, learncurve, suite, play, report, manifest); probe_envs.py (game=cue).
+Layers: this top level imports neither algos/ nor tools/; algos/ imports no tools/ (tests/test_layout.py).
 
 This package must stay importable without torch: agent processes import it.
 """

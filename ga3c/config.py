@@ -298,7 +298,7 @@ SCHEMA: dict[str, Spec] = {
     "autotune.params.shift_z": POSITIVE,
     "autotune.params.reprobe_every": integer(0, note=" (0 = only on a shift)"),
     "autotune.params.reprobe_backoff": number(lo=1),
-    # conf/learncurve.yaml (python -m ga3c.learncurve)
+    # conf/learncurve.yaml (python -m ga3c.tools.learncurve)
     "seeds": integer(1, 1000),
     "minutes": POSITIVE,
     "learncurve.arms": list_of(NAME, "a non-empty list of arm names", min_len=1),
@@ -308,13 +308,13 @@ SCHEMA: dict[str, Spec] = {
     "learncurve.rerun": boolean(),
     "learncurve.a3c_agents": integer(1, 4096, null=True),
     "learncurve.grid_points": integer(2, 100_000),
-    # conf/suite.yaml (python -m ga3c.suite)
+    # conf/suite.yaml (python -m ga3c.tools.suite)
     "games": list_of(NAME, "a non-empty list of game names", min_len=1),
     "suite.random_episodes": integer(1, 100_000),
     "suite.eval_episodes": integer(0, 100_000),
     "suite.score_at_minutes": list_of(POSITIVE, "a list of minutes > 0", min_len=1),
     "suite.analyze_only": boolean(),
-    # conf/bench.yaml (python -m ga3c.bench)
+    # conf/bench.yaml (python -m ga3c.tools.bench)
     "bench.seconds_per_arm": POSITIVE,
     "bench.warmup_seconds": NON_NEGATIVE,
     "bench.arms": list_of(choice("ceiling", "a3c", "ga3c"), "a non-empty list of ceiling, a3c, ga3c", min_len=1),
@@ -356,7 +356,7 @@ OPTIMIZER_COMMON = {"_target_": TARGET, "_partial_": choice(True, note=" (the le
 
 # trainer.*: keywords of Lightning's Trainer (all of pytorch_lightning 2.6's; with another version a name not
 # listed is looked up in its Trainer). The common ones are typed; Lightning checks the rest when the run builds
-# its Trainer, and a refusal there is reported like any bad input (ga3c/ga3c_run.py).
+# its Trainer, and a refusal there is reported like any bad input (ga3c/algos/ga3c.py).
 TRAINER_PARAMS_VERSION = "2.6."
 TRAINER_PARAMS = frozenset((
     "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks", "fast_dev_run",
@@ -396,7 +396,7 @@ TRAINER: dict[str, Spec] = {
     "barebones": choice(False, note=" (ga3c's monitor logs through the Trainer)"),
     "enable_autolog_hparams": boolean(),
     "reload_dataloaders_every_n_epochs": choice(0, note=" (the experience stream is one endless epoch)"),
-    # Set by ga3c itself (ga3c/ga3c_run.py):
+    # Set by ga3c itself (ga3c/algos/ga3c.py):
     "max_epochs": reserved("the experience stream is one endless epoch; stop with max_frames, trainer.max_time "
                            "or trainer.max_steps"),
     "callbacks": reserved("ga3c installs its own callbacks"),
@@ -646,7 +646,7 @@ def hydra_error_message(error: BaseException) -> str | None:
 # --- the run directory ----------------------------------------------------------------------------------
 def check_creatable(path: Path, what: str = "output directory") -> None:
     """A directory that exists and is writable, or can be created: its nearest existing parent is a writable
-    directory. Creates nothing (Hydra creates the run directory; ga3c_run probes it with a write)."""
+    directory. Creates nothing (Hydra creates the run directory; ga3c.algos.ga3c probes it with a write)."""
     path = Path(path).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():

@@ -206,7 +206,7 @@ class Monitor(pl.Callback):
                   flush=True)
 
     def append_history(self, m: dict) -> None:
-        """metrics.jsonl: one JSON line per window (the local history that ga3c.report plots, offline)."""
+        """metrics.jsonl: one JSON line per window (the local history that ga3c.tools.report plots, offline)."""
         with open(self.output_dir / "metrics.jsonl", "a") as history:
             history.write(json.dumps(m, default=float) + "\n")
 

@@ -16,9 +16,9 @@ from hydra.utils import instantiate
 
 from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
                       wait_until)
-from ga3c.a3c_monitor import A3CMonitor
-from ga3c.a3c_shared import lightning_checkpoint, share_optimizer_state
-from ga3c.a3c_worker import STATS, S
+from ga3c.algos.a3c_monitor import A3CMonitor
+from ga3c.algos.a3c_model import lightning_checkpoint, share_optimizer_state
+from ga3c.algos.a3c_agent import STATS, S
 from ga3c.config import usable_cores
 from ga3c.learner import Learner, RMSpropTF
 from ga3c.networks import ConvActorCritic, MLPActorCritic

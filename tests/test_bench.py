@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, assert_no_leftovers, compose_config
-from ga3c.bench import arm_overrides, markdown, measure, ratios
+from ga3c.tools.bench import arm_overrides, markdown, measure, ratios
 
 
 def bench_config(*overrides: str):
@@ -76,7 +76,7 @@ def test_report_has_ratios_and_time_shares():
                             predictor_busy_share=0.8, predictor_compute_share=0.5, trainer_busy_share=0.1)}
     r = ratios(results)
     assert r["ga3c_over_a3c_samples_per_s"] == 3.0 and r["ga3c_over_ceiling_fps"] == 0.5
-    md = markdown(results, dict(game="pong", net="small", command="python -m ga3c.bench", machine="test",
+    md = markdown(results, dict(game="pong", net="small", command="python -m ga3c.tools.bench", machine="test",
                                 seconds_per_arm=60, warmup_seconds=15, date="today"))
     assert "| GA3C / A3C, training samples/s | 3.00 |" in md
     assert "| GA3C / env-only ceiling, env frames/s | 0.50 |" in md
@@ -88,7 +88,7 @@ def test_report_has_ratios_and_time_shares():
 def test_bench_runs_end_to_end_on_cartpole(tmp_path):
     out = tmp_path / "bench"
     env = dict(os.environ, GA3C_TEST_MARKER=str(out))
-    result = subprocess.run([sys.executable, "-m", "ga3c.bench", "game=cartpole", "bench.seconds_per_arm=4",
+    result = subprocess.run([sys.executable, "-m", "ga3c.tools.bench", "game=cartpole", "bench.seconds_per_arm=4",
                              "bench.warmup_seconds=2", "agents=4", "wandb.mode=offline", f"hydra.run.dir={out}"],
                             cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

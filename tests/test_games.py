@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from conftest import ATARI_GAMES, REPO, assert_no_leftovers, compose_config, read_summary, run_train
 from ga3c.config import validate
 from ga3c.env import make_env
-from ga3c.suite import game_row, markdown, random_play, score_at
+from ga3c.tools.suite import game_row, markdown, random_play, score_at
 
 
 def game_dict(*overrides: str) -> dict:
@@ -134,7 +134,7 @@ def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):
 
 
 def test_suite_bad_game_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ga3c.suite", "games=[pong,pongg]", f"hydra.run.dir={tmp_path}"],
+    done = subprocess.run([sys.executable, "-m", "ga3c.tools.suite", "games=[pong,pongg]", f"hydra.run.dir={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -144,7 +144,7 @@ def test_suite_bad_game_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
-    command = [sys.executable, "-m", "ga3c.suite", "games=[cartpole,cue]", "seeds=1", "minutes=0.15",
+    command = [sys.executable, "-m", "ga3c.tools.suite", "games=[cartpole,cue]", "seeds=1", "minutes=0.15",
                "suite.random_episodes=30", "suite.eval_episodes=3", f"hydra.run.dir={tmp_path}"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400,
                           env={**__import__("os").environ, "GA3C_TEST_MARKER": str(tmp_path)})
@@ -160,7 +160,7 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     for name in ("suite.md", "suite.csv", "suite_time.png", "suite_frames.png", "cue/learncurve.md"):
         assert (tmp_path / name).stat().st_size > 0, name
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["command"].startswith("python -m ga3c.suite ") and "games=[cartpole,cue]" in manifest["command"]
+    assert manifest["command"].startswith("python -m ga3c.tools.suite ") and "games=[cartpole,cue]" in manifest["command"]
     assert manifest["games"] == ["cartpole", "cue"]
     assert {"cpu_model", "cores", "native_bf16", "torch"} <= set(manifest["host"]) and manifest["commit"]
     assert list((tmp_path / "wandb").glob("offline-run-*")), "the suite's W&B run"

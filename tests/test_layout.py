@@ -1,5 +1,9 @@
-"""The package's layout: no import cycle inside ga3c, and each `algo=` option its own module over the shared run
-plumbing (ga3c/runtime.py), which imports none of them. The import graph is read from the source with `ast`."""
+"""The package's layout is its architecture, and these tests keep it so, from the folders alone:
+    ga3c/         the data path and the run plumbing: imports neither ga3c.algos nor ga3c.tools
+    ga3c/algos/   one module per `algo=` option (NAME.py, helpers NAME_*.py), siblings that import no other
+                  option's modules; only the dispatch (ga3c/algos/__init__.py) imports them; no ga3c.tools
+    ga3c/tools/   the study tools, over both
+and no import cycle. The import graph is read from the source with `ast`."""
 from __future__ import annotations
 
 import ast
@@ -8,18 +12,26 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "ga3c"
-PLUMBING = "ga3c.runtime"
-# The modules of each `algo=` option (conf/algo/*.yaml); run.py dispatches to them.
-ALGO_MODULES = {
-    "ga3c": {"ga3c.ga3c_run"},
-    "a3c": {"ga3c.a3c", "ga3c.a3c_worker", "ga3c.a3c_shared", "ga3c.a3c_monitor"},
-    "ceiling": {"ga3c.ceiling"},
-}
-ALGO_OF = {module: algo for algo, modules in ALGO_MODULES.items() for module in modules}
+DISPATCH = "ga3c.algos"
+OPTIONS = sorted(path.stem for path in (REPO / "conf" / "algo").glob("*.yaml"))
+
+
+def algo_of(module: str) -> str | None:
+    """The `algo=` option a module of ga3c/algos belongs to (ga3c.algos.a3c_agent -> a3c), else None."""
+    if not module.startswith("ga3c.algos."):
+        return None
+    stem = module.rsplit(".", 1)[1]
+    return next((o for o in sorted(OPTIONS, key=len, reverse=True) if stem == o or stem.startswith(o + "_")), stem)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or module in ("ga3c.algos", "ga3c.tools") else "top"
 
 
 def module_name(path: Path) -> str:
-    return "ga3c" if path.name == "__init__.py" else f"ga3c.{path.stem}"
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def package_imports(path: Path, modules: set[str]) -> set[str]:
@@ -33,7 +45,7 @@ def package_imports(path: Path, modules: set[str]) -> set[str]:
                 base = "ga3c" + (f".{node.module}" if node.module else "")
             else:
                 base = node.module or ""
-            # `from ga3c import config` names a module; `from ga3c.run import train` names the module ga3c.run
+            # `from ga3c import config` names a module; `from ga3c.tools.suite import main` names the module ga3c.tools.suite
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
         else:
             continue
@@ -46,7 +58,7 @@ def package_imports(path: Path, modules: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = sorted(PACKAGE.glob("*.py"))
+    paths = sorted(PACKAGE.rglob("*.py"))
     modules = {module_name(p) for p in paths}
     return {module_name(p): package_imports(p, modules) - {module_name(p)} for p in paths}
 
@@ -87,11 +99,15 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_sees_module_and_function_level_imports():
     graph = import_graph()
-    assert "ga3c.runtime" in graph["ga3c.ga3c_run"]    # module level
-    assert "ga3c.a3c" in graph["ga3c.run"]             # inside train(): the dispatch
-    assert "ga3c.config" in graph["ga3c"]              # `from ga3c import config`
+    assert "ga3c.runtime" in graph["ga3c.algos.ga3c"]   # module level
+    assert "ga3c.algos.a3c" in graph[DISPATCH]          # inside train(): the dispatch
+    assert "ga3c.config" in graph["ga3c"]               # `from ga3c import config`
+    assert "ga3c.tools.learncurve" in graph["ga3c.tools.suite"]   # `from ga3c.tools import learncurve`
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+    assert (layer("ga3c.env"), layer("ga3c.algos"), layer("ga3c.algos.a3c_agent"), layer("ga3c.tools.bench")) == (
+        "top", "algos", "algos", "tools")
+    assert (algo_of("ga3c.algos.a3c_agent"), algo_of("ga3c.algos.ga3c"), algo_of("ga3c.env")) == ("a3c", "ga3c", None)
 
 
 def test_no_import_cycle_in_the_package():
@@ -99,32 +115,34 @@ def test_no_import_cycle_in_the_package():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_every_algo_option_has_its_modules():
-    options = {path.stem for path in (REPO / "conf" / "algo").glob("*.yaml")}
-    assert options == set(ALGO_MODULES)
+def test_every_algo_option_has_its_module_and_the_dispatch_knows_it():
     modules = set(import_graph())
-    for algo, names in ALGO_MODULES.items():
-        assert names <= modules, f"algo={algo}: missing {names - modules}"
-    from ga3c.run import ALGOS
+    assert {f"ga3c.algos.{o}" for o in OPTIONS} <= modules, OPTIONS
+    stray = [m for m in modules if m.startswith("ga3c.algos.") and algo_of(m) not in OPTIONS]
+    assert not stray, f"modules of ga3c/algos that belong to no algo= option: {stray}"
+    from ga3c.algos import ALGOS
 
-    assert set(ALGOS) == options
+    assert sorted(ALGOS) == OPTIONS
 
 
-def test_plumbing_imports_no_algo_module():
+def test_the_top_level_imports_neither_algos_nor_tools():
+    for module, imports in import_graph().items():
+        if layer(module) == "top":
+            above = sorted(i for i in imports if layer(i) != "top")
+            assert not above, f"{module} (data path / plumbing) imports {above}"
+
+
+def test_algos_import_no_tools_and_are_siblings():
+    """An algo's modules import the top level and their own option's modules, never another option's, a tool,
+    or the dispatch; outside ga3c/algos only the dispatch itself imports an algo module."""
     graph = import_graph()
-    below = reachable(graph, PLUMBING)
-    assert not below & (set(ALGO_OF) | {"ga3c.run", "ga3c.bench"}), sorted(below)
-
-
-def test_algo_modules_are_siblings():
-    """An algo's modules import the plumbing and the shared pieces, never another algo's modules or the
-    dispatch; only ga3c.run (the dispatch) imports an algo's entry module from outside."""
-    graph = import_graph()
-    for module, algo in ALGO_OF.items():
-        for imported in graph[module]:
-            assert ALGO_OF.get(imported, algo) == algo, f"{module} (algo={algo}) imports {imported}"
-            assert imported != "ga3c.run", f"{module} imports the dispatch ga3c.run"
     for module, imports in graph.items():
-        if module in ALGO_OF or module == "ga3c.run":
-            continue
-        assert not imports & set(ALGO_OF), f"{module} imports an algo module: {sorted(imports & set(ALGO_OF))}"
+        algo = algo_of(module)
+        if algo is not None:
+            for imported in imports:
+                assert layer(imported) != "tools", f"{module} (algo={algo}) imports the tool {imported}"
+                assert imported != DISPATCH, f"{module} imports the dispatch"
+                assert algo_of(imported) in (None, algo), f"{module} (algo={algo}) imports {imported}"
+        elif module != DISPATCH:
+            algo_imports = sorted(i for i in imports if algo_of(i) is not None)
+            assert not algo_imports, f"{module} imports algo modules {algo_imports}; only {DISPATCH} may"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, assert_no_leftovers
-from ga3c.learncurve import (analyze, finished, first_reach, markdown, max_time, median, median_curve,
+from ga3c.tools.learncurve import (analyze, finished, first_reach, markdown, max_time, median, median_curve,
                              move_aside)
 
 
@@ -78,7 +78,7 @@ def test_analyze_and_table(tmp_path):
 @pytest.mark.slow
 def test_learncurve_end_to_end_on_cartpole_two_arms(tmp_path):
     out = tmp_path / "lc"
-    command = [sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=1", "minutes=0.25",
+    command = [sys.executable, "-m", "ga3c.tools.learncurve", "game=cartpole", "seeds=1", "minutes=0.25",
                "learncurve.arms=[ga3c,a3c]", "wandb.mode=offline", f"hydra.run.dir={out}"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -98,7 +98,7 @@ def test_learncurve_end_to_end_on_cartpole_two_arms(tmp_path):
 
 
 def test_bad_arm_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ga3c.learncurve", "learncurve.arms=[nope]",
+    done = subprocess.run([sys.executable, "-m", "ga3c.tools.learncurve", "learncurve.arms=[nope]",
                            f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "learncurve.arms: unknown arm" in done.stderr
     assert "Traceback" not in done.stderr
@@ -110,7 +110,7 @@ def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
     import time
 
     out = tmp_path / "lc"
-    process = subprocess.Popen([sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=2", "minutes=5",
+    process = subprocess.Popen([sys.executable, "-m", "ga3c.tools.learncurve", "game=cartpole", "seeds=2", "minutes=5",
                                 "wandb.mode=disabled", f"hydra.run.dir={out}"], cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                # started as `nohup ... &` starts it: SIGINT ignored from the start
@@ -129,7 +129,7 @@ def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
     assert not (out / "ga3c" / "seed1").exists()                                     # and nothing after it
     assert_no_leftovers(str(tmp_path))
     # run again: the interrupted seed is kept aside, not reused, and run anew
-    again = subprocess.run([sys.executable, "-m", "ga3c.learncurve", "game=cartpole", "seeds=1", "minutes=0.1",
+    again = subprocess.run([sys.executable, "-m", "ga3c.tools.learncurve", "game=cartpole", "seeds=1", "minutes=0.1",
                             "wandb.mode=disabled", f"hydra.run.dir={out}"], cwd=REPO, capture_output=True, text=True,
                            timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Evaluating a checkpoint (python -m ga3c.play) and the training-time gameplay video."""
+"""Evaluating a checkpoint (python -m ga3c.tools.play) and the training-time gameplay video."""
 from __future__ import annotations
 
 import json
@@ -12,19 +12,19 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from ga3c.play import PlayError, main, parse_args
+from ga3c.tools.play import PlayError, main, parse_args
 from tests.conftest import REPO, assert_no_leftovers, read_summary, run_train
 
 
 def play(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "ga3c.play", *args], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "ga3c.tools.play", *args], cwd=REPO, capture_output=True, text=True,
                             timeout=timeout, env=dict(os.environ, **(env or {})))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
 
 def play_here(capsys, *args: str) -> str:
-    """ga3c.play in this process (fast); returns what it printed."""
+    """ga3c.tools.play in this process (fast); returns what it printed."""
     assert main(list(args)) == 0
     return capsys.readouterr().out
 

@@ -254,7 +254,7 @@ def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
     no shared-memory segment, no open W&B run."""
     import wandb
 
-    from ga3c.run import train
+    from ga3c.algos import train
 
     shm_before = set(os.listdir("/dev/shm"))
     threads_before = threading.active_count()
@@ -348,13 +348,13 @@ def _after(original, error: BaseException):
 
 
 def inject(stage: str, monkeypatch, run_dir: Path) -> None:
-    """Make one stage of GA3C's start-up (ga3c/ga3c_run.py, in order) fail."""
+    """Make one stage of GA3C's start-up (ga3c/algos/ga3c.py, in order) fail."""
     import errno
 
     import pytorch_lightning as pl
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-    import ga3c.ga3c_run as ga3c_run
+    import ga3c.algos.ga3c as ga3c_run
     import ga3c.server as server
 
     if stage == "pipes":  # the shared-memory block exists, its queues cannot be made
@@ -438,7 +438,7 @@ def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkey
     shared-memory segment, no W&B run left open or unfinished on disk; the error says what failed."""
     import wandb
 
-    from ga3c.run import train
+    from ga3c.algos import train
     from wandb_records import unfinished_runs
 
     created = record_shared_memory(monkeypatch)
@@ -468,9 +468,9 @@ def test_a_failure_at_any_stage_of_start_up_releases_everything(tmp_path, monkey
 @pytest.mark.parametrize("stage", ["monitor", "logger", "agents"])
 def test_a_failure_in_the_ceilings_start_up_releases_everything(tmp_path, monkeypatch, stage):
     """algo=ceiling (the env-only benchmark arm) frees its shared memory and processes however it fails."""
-    import ga3c.ceiling as ceiling
+    import ga3c.algos.ceiling as ceiling
     import ga3c.server as server
-    from ga3c.run import train
+    from ga3c.algos import train
 
     created = record_shared_memory(monkeypatch)
     if stage == "agents":

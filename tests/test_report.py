@@ -1,4 +1,4 @@
-"""python -m ga3c.report: HTML with PNG plots from run and multirun directories, offline."""
+"""python -m ga3c.tools.report: HTML with PNG plots from run and multirun directories, offline."""
 from __future__ import annotations
 
 import base64
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from ga3c.report import build, find_runs, label_runs
+from ga3c.tools.report import build, find_runs, label_runs
 from tests.conftest import REPO, assert_no_leftovers, read_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def report(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ga3c.report", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ga3c.tools.report", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, **(env or {})))
 
 
@@ -159,7 +159,7 @@ def test_two_job_cartpole_multirun_then_report(tmp_path):
     # the W&B Report of this study (when wandb-workspaces is installed, as the test extra does): every metric a
     # panel of any study plots is one these real runs log to W&B, and the run set is the study's group
     if importlib.util.find_spec("wandb_workspaces") is not None:
-        from ga3c.report import COMMON_PANELS, STUDIES, wandb_report
+        from ga3c.tools.report import COMMON_PANELS, STUDIES, wandb_report
 
         found = find_runs([sweep_dir])
         label_runs(found)
@@ -205,7 +205,7 @@ def study_run(path: Path, overrides: list[str], choices: dict, rng: random.Rando
 @pytest.fixture
 def study_runs(tmp_path):
     """Two research questions, a learning benchmark and two single runs, as the report reads them."""
-    from ga3c.report import find_runs, label_runs
+    from ga3c.tools.report import find_runs, label_runs
 
     rng, root = random.Random(3), tmp_path / "runs"
     for algo in ("ga3c", "a3c"):
@@ -219,7 +219,7 @@ def study_runs(tmp_path):
             study_run(root / f"rq4-{batch}-{seed}", ["experiment=rq4_training_batch", f"training_min_batch={batch}",
                       f"seed={seed}"], dict(game="pong", net="small", algo="ga3c", autotune="off",
                                             experiment="rq4_training_batch"), rng)
-    for arm, extra in (("ga3c", []), ("batch0", ["training_min_batch=0"])):   # as ga3c.learncurve starts them
+    for arm, extra in (("ga3c", []), ("batch0", ["training_min_batch=0"])):   # as ga3c.tools.learncurve starts them
         study_run(root / f"learncurve-{arm}", ["game=cartpole", *extra, "seed=0", "wandb.group=learncurve-cartpole"],
                   dict(game="cartpole", net="mlp", algo="ga3c", autotune="off"), rng)
     study_run(root / "single", ["game=cartpole"], dict(game="cartpole", net="mlp", algo="ga3c", autotune="off"),
@@ -251,7 +251,7 @@ def test_wandb_report_has_a_section_per_study_with_its_panels_and_run_set(study_
     from omegaconf import OmegaConf
     from wandb_workspaces import expr
 
-    from ga3c.report import STUDIES, wandb_report
+    from ga3c.tools.report import STUDIES, wandb_report
 
     report = wandb_report(study_runs, "GA3C studies " + "x" * 200, None, "my-team", sources="runs/")
     assert isinstance(report, wr.Report)
@@ -304,7 +304,7 @@ def test_wandb_report_serialises_as_save_would_send_it(study_runs, no_network, m
     needs_wandb_workspaces()
     from wandb_workspaces.reports.v2 import interface
 
-    from ga3c.report import wandb_report
+    from ga3c.tools.report import wandb_report
 
     if not (hasattr(interface, "_get_api") and hasattr(interface, "execute_graphql")):
         pytest.skip("this wandb-workspaces version converts reports differently (no _get_api/execute_graphql)")
@@ -356,7 +356,7 @@ def test_every_research_question_has_a_report_section():
     """Each conf/experiment/rq*.yaml logs to a W&B group the report knows (its heading and question)."""
     from omegaconf import OmegaConf
 
-    from ga3c.report import STUDIES
+    from ga3c.tools.report import STUDIES
 
     groups = {OmegaConf.load(p).wandb.group for p in (REPO / "conf" / "experiment").glob("rq*.yaml")}
     assert len(groups) == 5 and groups == set(STUDIES)

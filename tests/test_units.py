@@ -429,7 +429,7 @@ def test_episodes_ending_while_the_run_stops_at_stop_score_leave_the_reported_sc
     472.3 with 'reached stop_score=475')."""
     from omegaconf import OmegaConf
 
-    from ga3c.a3c_monitor import A3CMonitor
+    from ga3c.algos.a3c_monitor import A3CMonitor
 
     a3c = A3CMonitor(OmegaConf.create({"log": {"score_window": 3}, "stop_score": 10}), tmp_path,
                      SimpleNamespace(snapshot=dict), None, {}, 0, 1)
@@ -451,9 +451,9 @@ def test_a_resumed_run_goes_on_with_the_score_window_of_its_checkpoint(tmp_path)
     A3C checkpoint too) reports score_mean_100 over them at once instead of starting empty."""
     from omegaconf import OmegaConf
 
-    from ga3c.a3c_monitor import A3CMonitor
-    from ga3c.a3c_shared import lightning_checkpoint
-    from ga3c.ga3c_run import RunState
+    from ga3c.algos.a3c_monitor import A3CMonitor
+    from ga3c.algos.a3c_model import lightning_checkpoint
+    from ga3c.algos.ga3c import RunState
     from ga3c.runtime import checkpoint_run_state
 
     def ga3c_run(window: int):

@@ -1,16 +1,16 @@
 """The Atari suite: one set of defaults over many games, one table.
 
-    python -m ga3c.suite seeds=1 minutes=60                          # the 11 games of the paper's Table 3
-    python -m ga3c.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
-    python -m ga3c.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
+    python -m ga3c.tools.suite seeds=1 minutes=60                          # the 11 games of the paper's Table 3
+    python -m ga3c.tools.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
+    python -m ga3c.tools.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
 
 For each game, one after another on this machine (runs side by side on a small machine would measure each
 other), into OUTPUT_DIR/GAME:
   1. its random-play score: a uniform policy through the same preprocessing and episode rules,
      suite.random_episodes episodes (random.json; measured once);
-  2. the learning benchmark, `python -m ga3c.learncurve game=GAME seeds=.. minutes=..` with every other override
+  2. the learning benchmark, `python -m ga3c.tools.learncurve game=GAME seeds=.. minutes=..` with every other override
      given here: each seed a `train.py` run, resumable (a run finished on this budget is not run again);
-  3. a final evaluation of each seed's last checkpoint, `python -m ga3c.play` (suite.eval_episodes episodes,
+  3. a final evaluation of each seed's last checkpoint, `python -m ga3c.tools.play` (suite.eval_episodes episodes,
      no-op starts, actions sampled from the policy): ARM/seedN/play-sampled/scores.json.
 Then, from whatever has finished, into OUTPUT_DIR: suite.md / suite.csv / suite.json (a row per game: random,
 human and published anchors, the rolling-100 score at suite.score_at_minutes, the evaluation, the human-
@@ -18,9 +18,9 @@ normalised score, frames, frames/s, time and frames to each threshold and anchor
 suite_frames.png (a panel per game), manifest.json (command, commit, date, CPU), and the same to W&B.
 
 On a cluster the games can run as parallel jobs through a Hydra launcher instead of step 2:
-    python -m ga3c.learncurve -m game=amidar,boxing,breakout seeds=1 minutes=60 hydra/launcher=submitit_slurm \
+    python -m ga3c.tools.learncurve -m game=amidar,boxing,breakout seeds=1 minutes=60 hydra/launcher=submitit_slurm \
         hydra.sweep.dir=runs/suite 'hydra.sweep.subdir=${game.name}'
-    python -m ga3c.suite 'games=[amidar,boxing,breakout]' seeds=1 minutes=60 hydra.run.dir=runs/suite
+    python -m ga3c.tools.suite 'games=[amidar,boxing,breakout]' seeds=1 minutes=60 hydra.run.dir=runs/suite
 (the second call finds the finished runs, measures random play, evaluates and writes the table).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
-from ga3c import learncurve
+from ga3c.tools import learncurve
 
 log = logging.getLogger(__name__)
 REPO = learncurve.REPO
@@ -95,7 +95,7 @@ def user_overrides() -> list[str]:
 
 
 def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
-    return [sys.executable, "-m", "ga3c.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
+    return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
             *user_overrides(), f"wandb.group=suite-{Path(cfg.output_dir).name}", f"hydra.run.dir={out}"]
 
 
@@ -105,7 +105,7 @@ def evaluate(run_dir: Path, episodes: int, wandb_mode: str) -> dict | None:
     if not scores.exists():
         if not (run_dir / "checkpoints" / "last.ckpt").exists():
             return None
-        command = [sys.executable, "-m", "ga3c.play", f"ckpt_path={run_dir}", f"episodes={episodes}", "video=false",
+        command = [sys.executable, "-m", "ga3c.tools.play", f"ckpt_path={run_dir}", f"episodes={episodes}", "video=false",
                    f"wandb.mode={wandb_mode}"]
         log.info("evaluating %s: %s", run_dir, " ".join(command[1:]))
         with open(run_dir / "play.log", "w") as output:
@@ -304,7 +304,7 @@ def log_wandb(cfg: DictConfig, rows: list[dict], paths: dict, out: Path) -> None
         finish_wandb()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="suite")
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="suite")
 def main(cfg: DictConfig) -> None:
     from hydra import compose
 
@@ -350,10 +350,10 @@ def main(cfg: DictConfig) -> None:
         rows.append(game_row(game, random, runs, evals, minutes_at))
         title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
         paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))  # after every game
-    from ga3c.manifest import write_manifest
+    from ga3c.tools.manifest import write_manifest
 
     fps = {r["game"]: r["fps"] for r in rows}
-    write_manifest(out, "ga3c.suite", games=list(configs), seeds=int(cfg.seeds), minutes=float(cfg.minutes),
+    write_manifest(out, "ga3c.tools.suite", games=list(configs), seeds=int(cfg.seeds), minutes=float(cfg.minutes),
                    frames_per_second=fps)
     log_wandb(cfg, rows, paths, out)
     print(paths["md"].read_text())

@@ -1,7 +1,7 @@
 """The throughput benchmark (the paper's RQ1 and RQ5): GA3C against CPU A3C and the env-only ceiling.
 
-    python -m ga3c.bench game=pong net=small              # 3 arms x (warm-up + 60 s), one after another
-    python -m ga3c.bench game=pong net=large bench.seconds_per_arm=120
+    python -m ga3c.tools.bench game=pong net=small              # 3 arms x (warm-up + 60 s), one after another
+    python -m ga3c.tools.bench game=pong net=large bench.seconds_per_arm=120
 
 Each arm is a separate `python train.py` process with the same overrides, its own output subdirectory
 and the same wall time: the env-only ceiling (`algo=ceiling`: GA3C's agent processes stepping random
@@ -9,7 +9,7 @@ actions, no network), A3C (`algo=a3c`) and GA3C (`algo=ga3c`). The bench polls e
 measures its rates over the window after the warm-up (cumulative counters, not one window), samples the
 CPU time of the arm's process tree, the machine's CPU and the GPU, and writes into its output directory:
 bench.md (the table, ratios and where the time goes), bench.png (bar chart), bench.json; the same figures
-go to W&B (job_type=bench). `algo=ceiling` (ga3c/ceiling.py) also works on its own: `python train.py algo=ceiling`.
+go to W&B (job_type=bench). `algo=ceiling` (ga3c/algos/ceiling.py) also works on its own: `python train.py algo=ceiling`.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from ga3c.config import usable_cores
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARM_ALGOS = {"ceiling": "ceiling", "a3c": "a3c", "ga3c": "ga3c"}
 LABELS = {"ceiling": "env-only ceiling", "a3c": "A3C (CPU)", "ga3c": "GA3C"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -445,9 +445,9 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
             signal.signal(s, handler)
     report = dict(meta=meta, arms=results, ratios=ratios(results))
     (out / "bench.json").write_text(json.dumps(report, indent=2, default=float))
-    from ga3c.manifest import write_manifest
+    from ga3c.tools.manifest import write_manifest
 
-    write_manifest(out, "ga3c.bench", game=meta["game"], net=net,
+    write_manifest(out, "ga3c.tools.bench", game=meta["game"], net=net,
                    frames_per_second={arm: m.get("fps") for arm, m in results.items()})
     md = markdown(results, meta)
     (out / "bench.md").write_text(md)
@@ -461,13 +461,13 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
     return report
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="bench")
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     task = list(HydraConfig.get().overrides.task)
     user = [o for o in task if not o.lstrip("+~").startswith(("bench.", "output_dir", "hydra."))]
-    command = shlex.join(["python", "-m", "ga3c.bench", *task])
+    command = shlex.join(["python", "-m", "ga3c.tools.bench", *task])
     report = run_bench(cfg, user, command)
     if any(m.get("returncode") not in (0, None) for m in report["arms"].values()):
         sys.exit(1)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ga3c.a3c_worker import LOSSES, AgentProcesses
+from ga3c.algos.a3c_agent import LOSSES, AgentProcesses
 from ga3c.monitor import ScoreWindow, write_json_atomic
 
 

@@ -1,8 +1,8 @@
 """The learning benchmark: score against wall time, over seeds, for one or more arms.
 
-    python -m ga3c.learncurve game=pong seeds=3 minutes=30
-    python -m ga3c.learncurve game=boxing seeds=3 minutes=60 learncurve.arms=[ga3c,a3c]     # RQ1
-    python -m ga3c.learncurve game=cartpole seeds=3 minutes=1 hydra.run.dir=runs/cp   # then again: resumes
+    python -m ga3c.tools.learncurve game=pong seeds=3 minutes=30
+    python -m ga3c.tools.learncurve game=boxing seeds=3 minutes=60 learncurve.arms=[ga3c,a3c]     # RQ1
+    python -m ga3c.tools.learncurve game=cartpole seeds=3 minutes=1 hydra.run.dir=runs/cp   # then again: resumes
 
 Each run is its own `python train.py` process (the overrides given here, the arm's, `seed=`, the budget as
 `trainer.max_time`), one after another, into OUTPUT_DIR/ARM/seedN. A run found there that ended on this same
@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 import ga3c  # noqa: F401  registers ${machine:...}
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OWN_KEYS = ("seeds", "minutes", "learncurve.", "hydra.", "wandb.group", "seed", "trainer.max_time", "max_frames")
 
 
@@ -320,7 +320,7 @@ def log_wandb(cfg: DictConfig, results: dict, paths: dict[str, Path], out: Path)
         finish_wandb()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="learncurve")
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="learncurve")
 def main(cfg: DictConfig) -> None:
     from ga3c.config import ConfigError, validate
 
@@ -368,9 +368,9 @@ def main(cfg: DictConfig) -> None:
     title = f"{cfg.game.name}: score against wall time ({seeds} seeds, {minutes:g} min each)"
     results = analyze(runs, [float(t) for t in thresholds])
     paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
-    from ga3c.manifest import write_manifest
+    from ga3c.tools.manifest import write_manifest
 
-    paths["manifest"] = write_manifest(out, "ga3c.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
+    paths["manifest"] = write_manifest(out, "ga3c.tools.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
                                        minutes=float(minutes), frames_per_second={
                                            arm: {seed: s["fps"] for seed, s in data["seeds"].items()}
                                            for arm, data in results["arms"].items()})

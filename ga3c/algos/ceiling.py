@@ -1,6 +1,6 @@
 """The env-only throughput ceiling (`algo=ceiling`): GA3C's agent processes stepping random actions, no network
 and no training: the frames/s the envs and agent processes alone reach on this machine. The throughput benchmark
-(`python -m ga3c.bench`) runs it as an arm; `python train.py algo=ceiling` runs it on its own."""
+(`python -m ga3c.tools.bench`) runs it as an arm; `python train.py algo=ceiling` runs it on its own."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,6 @@
 """Turn run and multirun directories into one self-contained HTML report with PNG plots.
 
-    python -m ga3c.report multirun/2026-11-30/14-00-00 [outputs/...] [-o report_dir] [--title T] [--wandb-report]
+    python -m ga3c.tools.report multirun/2026-11-30/14-00-00 [outputs/...] [-o report_dir] [--title T] [--wandb-report]
 
 Every directory under the given ones that holds a summary.json is a run. It reads only what runs write
 locally (summary.json, metrics.jsonl, .hydra/), so it works offline. Runs are labelled by the keys their
@@ -456,7 +456,7 @@ def _html(title, paths, varied, rows, columns, sections, skipped) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{head}</head><body>",
              f"<h1>{html.escape(title)}</h1>",
              f"<p>{len(rows)} runs from {', '.join(f'<code>{html.escape(str(p))}</code>' for p in paths)}; "
-             f"generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m ga3c.report</code>. "
+             f"generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m ga3c.tools.report</code>. "
              f"Varied keys: {html.escape(', '.join(varied) or 'none')}.</p>",
              "<h2>Runs</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in shown) + "</tr>"]
     for row in rows:
@@ -490,7 +490,7 @@ class Study:
 WALL, FRAMES = "wall_seconds", "frames"
 # x axes are metrics every run logs itself: W&B's own step differs between GA3C (Lightning counts log calls,
 # trainer/global_step holds the frames) and A3C (step = frames), and wall_seconds is the clock the HTML report
-# and ga3c.learncurve use (it continues across a resume).
+# and ga3c.tools.learncurve use (it continues across a resume).
 COMMON_PANELS = (("Score against wall time", WALL, ("score_mean_100",)),
                  ("Score against env frames", FRAMES, ("score_mean_100",)),
                  ("Env frames per second (FPS)", WALL, ("fps",)),
@@ -528,7 +528,7 @@ STUDIES = {
         "The paper's small network against the Nature-DQN one, GA3C and A3C: does GA3C's speed-up grow with the "
         "network?"),
 }
-LEARNCURVE_PREFIX = "learncurve-"   # python -m ga3c.learncurve logs its runs in the group learncurve-GAME
+LEARNCURVE_PREFIX = "learncurve-"   # python -m ga3c.tools.learncurve logs its runs in the group learncurve-GAME
 
 # Config groups are logged to W&B as their config, not their option name: the key that tells the options apart.
 GROUP_CONFIG_KEYS = {"game": "game.name", "algo": "algo.name", "autotune": "autotune.name",
@@ -542,7 +542,7 @@ def study_of(group: str) -> Study:
     if group.startswith(LEARNCURVE_PREFIX):
         game = group[len(LEARNCURVE_PREFIX):]
         return Study(f"Learning benchmark: {game}",
-                     f"python -m ga3c.learncurve game={game}: each arm over seeds, score against wall time and "
+                     f"python -m ga3c.tools.learncurve game={game}: each arm over seeds, score against wall time and "
                      "frames (the times to the game's score thresholds are in the learncurve run's table).")
     return Study(f"W&B group {group}", "The runs of one study (its multirun's shared W&B group).")
 
@@ -627,7 +627,7 @@ def wandb_report(runs: list[Run], title: str, project: str | None, entity: str, 
                      wr.P(text=f"{study.question} W&B group {group or '(none)'}: {len(members)} local runs; lines "
                                f"grouped by {grouped}."),
                      wr.PanelGrid(runsets=[runset], panels=panels)]
-    intro = (f"Built by python -m ga3c.report from {len(runs)} local runs{' in ' + sources if sources else ''}. "
+    intro = (f"Built by python -m ga3c.tools.report from {len(runs)} local runs{' in ' + sources if sources else ''}. "
              "One section per study (W&B group). Wall time and frames on the x axes are the runs' own "
              "wall_seconds and frames metrics." + "".join(f" Not shown: {note}." for note in left_out))
     toc = [wr.TableOfContents()] if len(sections) > 3 else []
@@ -662,7 +662,7 @@ def sync_command(runs: list[Run]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ga3c.report", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m ga3c.tools.report", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories (searched recursively)")
     parser.add_argument("-o", "--out", type=Path, help="output directory (default: DIR/report for one DIR, "
@@ -678,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         made = build(args.dirs, out, title)
     except FileNotFoundError as error:
-        print(f"ga3c.report: error: {error}", file=sys.stderr)
+        print(f"ga3c.tools.report: error: {error}", file=sys.stderr)
         return 2
     print(f"[report] {len(made['runs'])} runs, varied keys: {', '.join(made['varied']) or 'none'}")
     for image in made["images"]:

@@ -149,7 +149,7 @@ class AgentProcesses:
         # forkserver: agents fork from a clean process that imported torch and the envs once (spawn would
         # import them again in every agent: minutes on a busy 2-core machine); no inherited threads (fork).
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["ga3c.a3c_worker"])
+        self.ctx.set_forkserver_preload(["ga3c.algos.a3c_agent"])
         self.events = self.ctx.Queue()
         self.processes: list = [None] * count
         self.seed_counter = 0

@@ -1,6 +1,6 @@
 """Evaluate a checkpoint: play episodes, print the score table, keep an MP4 of the best episode.
 
-    python -m ga3c.play ckpt_path=outputs/DATE/TIME/checkpoints/last.ckpt episodes=10 [greedy=true]
+    python -m ga3c.tools.play ckpt_path=outputs/DATE/TIME/checkpoints/last.ckpt episodes=10 [greedy=true]
 
 Arguments are key=value. Play's own keys:
     ckpt_path   a Lightning checkpoint of a ga3c run, or a run directory (its checkpoints/last.ckpt)  [required]
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLAY_KEYS = {"ckpt_path": None, "episodes": 10, "greedy": False, "seed": 10_000, "max_steps": None, "video": True,
              "output_dir": None}
-USAGE = "usage: python -m ga3c.play ckpt_path=PATH [episodes=10] [greedy=false] [seed=10000] [max_steps=N] " \
+USAGE = "usage: python -m ga3c.tools.play ckpt_path=PATH [episodes=10] [greedy=false] [seed=10000] [max_steps=N] " \
         "[video=true] [output_dir=DIR] [CONFIG_OVERRIDE ...]"
 
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         options, overrides = parse_args(argv)
         play(options, overrides)
     except PlayError as error:
-        print(f"ga3c.play: error: {error}", file=sys.stderr)
+        print(f"ga3c.tools.play: error: {error}", file=sys.stderr)
         return 2
     return 0
 

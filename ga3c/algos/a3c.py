@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ga3c.a3c_monitor import A3CMonitor
-from ga3c.a3c_shared import SharedModel
-from ga3c.a3c_worker import AgentProcesses
+from ga3c.algos.a3c_monitor import A3CMonitor
+from ga3c.algos.a3c_model import SharedModel
+from ga3c.algos.a3c_agent import AgentProcesses
 from ga3c.config import check_output_dir
 from ga3c.env import env_spec
 from ga3c.runtime import (StopSignals, checkpoint_run_state, finish_wandb, parse_max_time, read_checkpoint,
