@@ -11,6 +11,7 @@ Kept free of torch and Lightning imports: bad input is answered in about a secon
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 import re
@@ -354,19 +355,9 @@ OPTIMIZERS: dict[str, dict[str, Spec]] = {
 }
 OPTIMIZER_COMMON = {"_target_": TARGET, "_partial_": choice(True, note=" (the learner passes the parameters)")}
 
-# trainer.*: keywords of Lightning's Trainer (all of pytorch_lightning 2.6's; with another version a name not
-# listed is looked up in its Trainer). The common ones are typed; Lightning checks the rest when the run builds
-# its Trainer, and a refusal there is reported like any bad input (ga3c/algos/ga3c.py).
-TRAINER_PARAMS_VERSION = "2.6."
-TRAINER_PARAMS = frozenset((
-    "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks", "fast_dev_run",
-    "max_epochs", "min_epochs", "max_steps", "min_steps", "max_time", "limit_train_batches", "limit_val_batches",
-    "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval",
-    "check_val_every_n_epoch", "num_sanity_val_steps", "log_every_n_steps", "enable_checkpointing",
-    "enable_progress_bar", "enable_model_summary", "accumulate_grad_batches", "gradient_clip_val",
-    "gradient_clip_algorithm", "deterministic", "benchmark", "inference_mode", "use_distributed_sampler",
-    "profiler", "detect_anomaly", "barebones", "plugins", "sync_batchnorm", "reload_dataloaders_every_n_epochs",
-    "default_root_dir", "enable_autolog_hparams", "model_registry"))
+# trainer.*: any keyword of Lightning's Trainer (trainer_keywords(), read from the installed Lightning). The
+# common ones are typed; Lightning checks the rest when the run builds its Trainer, and a refusal there is
+# reported like any bad input (ga3c/algos/ga3c.py).
 ONE_PROCESS = "GA3C trains one model in one process"
 TRAINER: dict[str, Spec] = {
     "max_time": custom("DD:HH:MM:SS (e.g. 00:01:30:00), a dict of timedelta fields", _max_time_ok,
@@ -433,16 +424,27 @@ def _parameters(cls) -> set[str]:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+@functools.cache
+def trainer_keywords() -> frozenset[str]:
+    """The keywords of the installed Lightning's Trainer, read from its source with `ast`: validation then needs
+    no copied list and not the seconds-long import of Lightning and torch. Imported only if the source moved."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytorch_lightning")  # finds the package without importing it
+    try:
+        tree = ast.parse((Path(spec.origin).parent / "trainer" / "trainer.py").read_text())
+        init = next(f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == "Trainer"
+                    for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+        return frozenset(a.arg for a in init.args.args + init.args.kwonlyargs if a.arg != "self")
+    except (AttributeError, OSError, StopIteration, SyntaxError, TypeError):
+        import pytorch_lightning as pl
+
+        return frozenset(_parameters(pl.Trainer.__init__)) - {"self"}
+
+
 def _trainer_accepts(name: str) -> bool:
-    if name in TRAINER_PARAMS:
-        return True
-    from importlib.metadata import version
-
-    if version("pytorch_lightning").startswith(TRAINER_PARAMS_VERSION):  # the list is complete: no slow import
-        return False
-    import pytorch_lightning as pl  # another Lightning may know more keywords
-
-    return name in _parameters(pl.Trainer.__init__)
+    return name in trainer_keywords()
 
 
 def _class_keys(kind: str, known: dict, tree: dict, key: str, name: str) -> Spec | None:
@@ -484,7 +486,7 @@ def unknown_key_message(key: str, override: str | None = None) -> str:
     if override and addable:
         return f"{key} is not in the config: add it with +{override}"
     if section == "trainer":
-        close = difflib.get_close_matches(name, sorted(TRAINER_PARAMS), n=1)
+        close = difflib.get_close_matches(name, sorted(trainer_keywords()), n=1)
         hint = f"; did you mean trainer.{close[0]}?" if close else ""
         return f"{key} is not a keyword of Lightning's Trainer{hint}"
     close = difflib.get_close_matches(key, [k for k in SCHEMA if "*" not in k], n=1)
