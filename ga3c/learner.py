@@ -141,6 +141,16 @@ class Learner(pl.LightningModule):
     """A3C loss, one optimizer step per pass over an assembled batch (`epochs` passes; the dataset repeats it).
     `version` (updates done) tags each prediction so the policy lag of every trained sample is known."""
 
+    @classmethod
+    def from_config(cls, model: nn.Module, learner_cfg, counters=None) -> "Learner":
+        """The learner a config's `learner:` section describes (conf/config.yaml): `optimizer` is built by Hydra,
+        every other key is a keyword of __init__ of the same name (ga3c/config.py's schema admits no other)."""
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        keys = {k: v for k, v in OmegaConf.to_container(learner_cfg, resolve=True).items() if k != "optimizer"}
+        return cls(model, instantiate(learner_cfg.optimizer), counters=counters, **keys)
+
     def __init__(self, model: nn.Module, optimizer: Callable, gamma: float = 0.99, beta: float = 0.01,
                  log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
                  grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",

@@ -54,13 +54,9 @@ class A3CRun:
             log.warning("algo=a3c computes in 32-true: trainer.precision=%s applies to GA3C only (A3C's batch-1 "
                         "and batch-5 passes are slower in bf16 on a CPU: measured 0.6x)", precision)
         self.shared = SharedModel(cfg, obs_shape, num_actions, resumed)
-        lc = cfg.learner
-        spec = dict(game=game, t_max=int(cfg.t_max), gamma=float(lc.gamma),
-                    gae_lambda=float(lc.get("gae_lambda", 1.0)),
-                    reward_clip=float(lc.reward_clip), beta=float(lc.beta), log_epsilon=float(lc.log_epsilon),
-                    value_coef=float(lc.value_coef), reduction=str(lc.reduction), grad_clip=float(lc.grad_clip),
-                    net=OmegaConf.to_container(cfg.net, resolve=True),
-                    optimizer=OmegaConf.to_container(lc.optimizer, resolve=True))
+        # the agents' plain-data spec (they are spawned): the learner section as it is, plus what they build
+        spec = dict(OmegaConf.to_container(cfg.learner, resolve=True), game=game, t_max=int(cfg.t_max),
+                    net=OmegaConf.to_container(cfg.net, resolve=True))
         self.agents = AgentProcesses(int(cfg.agents), int(cfg.seed), spec, self.shared.model, self.shared.states,
                                      on_events=self._on_events)
         a3c_state = (resumed or {}).get("a3c", {})

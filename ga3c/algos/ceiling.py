@@ -27,7 +27,7 @@ def train_ceiling(cfg: DictConfig) -> dict:
     obs_shape, obs_dtype, num_actions = env_spec(OmegaConf.to_container(cfg.game, resolve=True))
     model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)  # never used: no predictions
     counters = Counters()
-    learner = Learner(model, instantiate(cfg.learner.optimizer), counters=counters)
+    learner = Learner.from_config(model, cfg.learner, counters)
     server = Server(cfg, learner, counters, obs_shape, obs_dtype, cfg.agents, random_actions=True)
     # From here on every path out, a failing monitor or W&B start included, frees the server's shared memory.
     status, monitor, metrics = "failed", None, {}

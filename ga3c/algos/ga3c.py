@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
@@ -73,12 +72,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     obs_shape, obs_dtype, num_actions = game_spec(cfg)
     model = build_network(cfg.net, obs_shape, num_actions)
     counters = Counters()
-    lc = cfg.learner
-    learner = Learner(model, instantiate(lc.optimizer), gamma=lc.gamma, beta=lc.beta, log_epsilon=lc.log_epsilon,
-                      value_coef=lc.value_coef, reduction=lc.reduction, grad_clip=lc.grad_clip,
-                      reward_clip=lc.reward_clip, counters=counters, correction=lc.correction, rho_bar=lc.rho_bar,
-                      c_bar=lc.c_bar, gae_lambda=lc.gae_lambda, normalize_advantage=lc.normalize_advantage,
-                      warmup_updates=lc.warmup_updates, epochs=lc.epochs, ppo_clip=lc.ppo_clip)
+    learner = Learner.from_config(model, cfg.learner, counters)
     max_agents = max(cfg.agents, int(cfg.autotune.get("max_agents", 0) or 0))
     # Nothing above holds an OS resource. The server's shared memory and pipes come first; from here on every
     # path out, a failure at any stage included, goes through release() below.
@@ -108,7 +102,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
         logger = make_logger(cfg, output_dir, wandb_id)
         trainer = build_trainer(cfg, model, learner, logger, callbacks, output_dir)
         start_wandb(logger, cfg.wandb.mode)
-        loader = DataLoader(ExperienceDataset(server, lc.epochs), batch_size=None, num_workers=0)
+        loader = DataLoader(ExperienceDataset(server, cfg.learner.epochs), batch_size=None, num_workers=0)
         try:
             trainer.fit(learner, loader, ckpt_path=cfg.ckpt_path)
         except SIGTERMException:  # Lightning's own SIGTERM handling; ours already asked for a graceful stop

@@ -29,7 +29,6 @@ import csv
 import json
 import logging
 import math
-import subprocess
 import sys
 from pathlib import Path
 
