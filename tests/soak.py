@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import REPO, descendants  # noqa: E402
+from helpers import REPO, descendants  # noqa: E402
 
 
 def pss_mib(pids: list[int]) -> float:

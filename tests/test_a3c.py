@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from hydra.utils import instantiate
 
-from conftest import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
+from helpers import (REPO, assert_no_leftovers, compose_config, read_summary, run_train, train_command,
                       wait_until)
 from ga3c.algos.a3c_monitor import A3CMonitor
 from ga3c.algos.a3c_model import lightning_checkpoint, share_optimizer_state

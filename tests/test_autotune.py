@@ -14,7 +14,7 @@ import pytest
 
 from ga3c.autotune import (AutoTuner, Bounds, CompassParams, CompassPolicy, Counts, GA3CPolicy, make_policy,
                            objective_value)
-from conftest import assert_no_leftovers, compose_config, read_summary, run_train
+from helpers import assert_no_leftovers, compose_config, read_summary, run_train
 
 BOUNDS = Bounds(max_agents=64, max_predictors=8, max_trainers=8)
 POOR, OVERSIZED = Counts(2, 1, 1), Counts(64, 4, 4)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, assert_no_leftovers, compose_config
+from helpers import REPO, assert_no_leftovers, compose_config
 from ga3c.tools.bench import arm_overrides, markdown, measure, ratios
 
 

@@ -8,7 +8,7 @@ from ga3c.config import ConfigError, validate
 from ga3c.env import env_spec
 from ga3c.networks import build_network
 
-from conftest import GAMES, NETS, compose_config
+from helpers import GAMES, NETS, compose_config
 
 
 @pytest.mark.parametrize("game", GAMES)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import ATARI_GAMES, REPO, assert_no_leftovers, compose_config, read_summary, run_train
+from helpers import ATARI_GAMES, REPO, assert_no_leftovers, compose_config, read_summary, run_train
 from ga3c.config import validate
 from ga3c.env import make_env
 from ga3c.tools.suite import game_row, markdown, random_play, score_at

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, assert_no_leftovers
+from helpers import REPO, assert_no_leftovers
 from ga3c.tools.learncurve import (analyze, finished, first_reach, markdown, max_time, median, median_curve,
                              move_aside)
 

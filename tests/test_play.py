@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ga3c.tools.play import PlayError, main, parse_args
-from tests.conftest import REPO, assert_no_leftovers, read_summary, run_train
+from helpers import REPO, assert_no_leftovers, read_summary, run_train
 
 
 def play(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_no_leftovers, read_summary, run_train
+from helpers import assert_no_leftovers, read_summary, run_train
 
 LEARNED, CHANCE_CEILING = 18, 9   # of 20 steps per episode; a random policy scores 5
 

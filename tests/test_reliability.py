@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, assert_no_leftovers, compose_config, descendants, dump_stacks, processes_with,
+from helpers import (REPO, assert_no_leftovers, compose_config, descendants, dump_stacks, processes_with,
                       read_summary, run_train, train_command, wait_until)
 
 

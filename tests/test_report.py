@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ga3c.tools.report import build, find_runs, label_runs
-from tests.conftest import REPO, assert_no_leftovers, read_summary
+from helpers import REPO, assert_no_leftovers, read_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -193,7 +193,7 @@ def study_run(path: Path, overrides: list[str], choices: dict, rng: random.Rando
     (so the W&B group and the config keys the report groups by are the project's own)."""
     from omegaconf import OmegaConf
 
-    from tests.conftest import compose_config
+    from helpers import compose_config
 
     fake_run(path, overrides, choices, windows_of(rng, 3000.0))
     cfg = compose_config(*overrides, output_dir=path)
@@ -329,7 +329,7 @@ def test_wandb_report_publishes_from_the_command_when_online(tmp_path, study_run
     wr = needs_wandb_workspaces()
     import wandb
 
-    from ga3c import report as report_module
+    from ga3c.tools import report as report_module
 
     saved = []
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import (REPO, assert_no_leftovers, read_summary, run_train, train_command, wait_until)
+from helpers import (REPO, assert_no_leftovers, read_summary, run_train, train_command, wait_until)
 
 SUMMARY_KEYS = {"frames", "episodes", "updates", "wall_seconds", "fps", "pps", "tps", "samples_per_s",
                 "score_mean_100", "policy_lag_mean", "agents", "predictors", "trainers"}

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from ga3c.config import (PRECISIONS, REQUIRED, SECTIONS, TRAINER, ConfigError, trainer_keywords,
                          has_cuda_gpu, spec_for, validate)
 
-from conftest import CONF, GAMES, NETS, REPO, compose_config, processes_with, train_command
+from helpers import CONF, GAMES, NETS, REPO, compose_config, processes_with, train_command
 
 
 def compose_named(name: str, *overrides: str):
@@ -282,7 +282,7 @@ def test_the_console_shows_only_our_lines(tmp_path):
     notices about settings we pass ('anonymous'): every line is ga3c's progress line or a ga3c log line."""
     import re
 
-    from conftest import run_train
+    from helpers import run_train
     from wandb_records import unfinished_runs
 
     result = run_train(tmp_path, "game=cartpole", "max_frames=5000", "log.progress=true", "wandb.mode=offline")

@@ -1,4 +1,5 @@
-"""Shared test helpers: compose configs like Hydra does, run train.py as a user would, find leftover children."""
+"""Test helpers, imported as a plain module (`from helpers import ...`): compose configs like Hydra does, run train.py as a
+user would, find leftover children."""
 from __future__ import annotations
 
 import json
