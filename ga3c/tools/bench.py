@@ -31,6 +31,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ga3c.config import usable_cores
+from ga3c.tools.runs import read_json
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -143,7 +144,7 @@ def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: thr
         try:
             while True:
                 finished = process.poll() is not None
-                summary = _read_json(run_dir / "summary.json")
+                summary = read_json(run_dir / "summary.json")
                 now = time.monotonic()
                 if summary is not None and summary.get("wall_seconds") != last_wall:
                     last_wall = summary.get("wall_seconds")
@@ -186,13 +187,6 @@ def _terminate(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 WINDOW_MEANS = ("pps", "predictor_busy_share", "predictor_compute_share", "trainer_busy_share", "learner_busy_share",

@@ -33,6 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
+from ga3c.tools.runs import columns, pyplot, read_metrics, read_summary
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -95,9 +96,8 @@ def finished(run_dir: Path, minutes: float) -> bool:
     """A run that ended on its wall-clock budget, and that budget was `minutes` (within a minute or 5 %):
     only such a run is kept. An interrupted run, a failed one, or one of another budget (a 15-minute first
     look found where 60 minutes are asked) is not."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+    summary = read_summary(run_dir)
+    if summary is None:
         return False
     budget = 60.0 * minutes
     return (summary.get("status") == "finished" and summary.get("stop_reason") == "trainer.max_time"
@@ -117,22 +117,10 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def read_curve(run_dir: Path) -> dict[str, list[float]]:
-    """(wall seconds, frames, rolling score) of every logged window of a run."""
-    curve = dict(wall_seconds=[], frames=[], score=[], policy_lag=[])
-    path = run_dir / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a killed run
-            curve["wall_seconds"].append(float(row["wall_seconds"]))
-            curve["frames"].append(float(row["frames"]))
-            score = row.get("score_mean_100")
-            curve["score"].append(math.nan if score is None else float(score))
-            lag = row.get("policy_lag_mean")
-            curve["policy_lag"].append(math.nan if lag is None else float(lag))
-    return curve
+    """(wall seconds, frames, rolling score, policy lag) of every logged window of a run."""
+    curve = columns(read_metrics(run_dir), ("wall_seconds", "frames", "score_mean_100", "policy_lag_mean"))
+    return dict(wall_seconds=curve["wall_seconds"], frames=curve["frames"], score=curve["score_mean_100"],
+                policy_lag=curve["policy_lag_mean"])
 
 
 def first_reach(curve: dict, threshold: float) -> tuple[float, float]:
@@ -165,11 +153,7 @@ def analyze(runs: dict[str, dict[int, Path]], thresholds: list[float]) -> dict:
             if not curve["wall_seconds"]:
                 continue
             scores = [s for s in curve["score"] if s == s]
-            summary = {}
-            try:
-                summary = json.loads((run_dir / "summary.json").read_text())
-            except (OSError, ValueError):
-                pass
+            summary = read_summary(run_dir) or {}
             per_seed[seed] = dict(
                 run_dir=f"{run_dir.parent.name}/{run_dir.name}", curve=curve, final_score=scores[-1] if scores else math.nan,
                 best_score=max(scores) if scores else math.nan, frames=curve["frames"][-1],
@@ -234,12 +218,9 @@ def median_curve(curves: list[dict], key: str, grid):
 
 
 def plot(results: dict, path: Path, title: str, grid_points: int = 200) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for (arm, data), color in zip(results["arms"].items(), colors * 4):

@@ -16,7 +16,6 @@ import argparse
 import base64
 import csv
 import html
-import json
 import math
 import os
 import statistics
@@ -24,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ga3c.tools.runs import pyplot, read_metrics, read_summary
 
 IGNORED_KEYS = ("hydra.", "output_dir", "ckpt_path", "wandb.", "log.", "trainer.max_time", "max_frames",
                 "checkpoint.", "video.")
@@ -100,18 +101,10 @@ def _option(value) -> str:
 
 
 def read_run(path: Path) -> Run:
-    summary = json.loads((path / "summary.json").read_text())
-    history = []
-    if (path / "metrics.jsonl").is_file():
-        for line in (path / "metrics.jsonl").read_text().splitlines():
-            try:
-                history.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    # Windows are measured by whichever thread ticks first, so two can land out of order: sort by time.
-    history.sort(key=lambda m: m.get("wall_seconds") if isinstance(m.get("wall_seconds"), (int, float)) else 0.0)
-    if not history:
-        history = [summary]
+    summary = read_summary(path)
+    if summary is None:
+        raise ValueError(f"{path / 'summary.json'} cannot be read")
+    history = read_metrics(path) or [summary]
     overrides = {}
     for item in _read_yaml(path / ".hydra" / "overrides.yaml") or []:
         key, _, value = str(item).lstrip("+~").partition("=")
@@ -160,11 +153,7 @@ def label_runs(runs: list[Run]) -> list[str]:
 
 # --- plotting --------------------------------------------------------------------------------------------
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 10,
                          "axes.titlesize": 11, "legend.fontsize": 8})
     return plt

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
 from ga3c.tools import learncurve
+from ga3c.tools.runs import pyplot, read_json, read_summary
 
 log = logging.getLogger(__name__)
 REPO = learncurve.REPO
@@ -74,12 +75,9 @@ def random_play(game: dict, episodes: int, seed: int = 20_000) -> dict:
 def measured_random(game: dict, out: Path, episodes: int) -> dict:
     """random.json in the game's folder, measured now if it is not there (or has fewer episodes)."""
     path = out / "random.json"
-    try:
-        cached = json.loads(path.read_text())
-        if cached.get("episodes", 0) >= episodes and cached.get("id") == game["id"]:
-            return cached
-    except (OSError, ValueError):
-        pass
+    cached = read_json(path)
+    if cached and cached.get("episodes", 0) >= episodes and cached.get("id") == game["id"]:
+        return cached
     log.info("%s: random play, %d episodes", game["name"], episodes)
     result = random_play(game, episodes)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,7 +110,7 @@ def evaluate(run_dir: Path, episodes: int, wandb_mode: str) -> dict | None:
         if code or not scores.exists():
             log.warning("evaluation of %s failed (exit %s, see %s)", run_dir, code, run_dir / "play.log")
             return None
-    result = json.loads(scores.read_text())
+    result = read_json(scores) or {}
     return result if len(result.get("episodes", [])) >= episodes else None
 
 
@@ -147,10 +145,7 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
         curve = learncurve.read_curve(run_dir)
         if not curve["wall_seconds"]:
             continue
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
-            summary = {}
+        summary = read_summary(run_dir) or {}
         scores = [s for s in curve["score"] if s == s]
         seeds[seed] = dict(curve=curve, final=scores[-1] if scores else math.nan, frames=curve["frames"][-1],
                            minutes=curve["wall_seconds"][-1] / 60, fps=summary.get("fps_run_mean", math.nan),
@@ -228,11 +223,7 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
 
 
 def plot_grid(rows: list[dict], key: str, path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     columns = min(4, max(1, len(rows)))
     lines_ = math.ceil(len(rows) / columns) if rows else 1
     fig, axes = plt.subplots(lines_, columns, figsize=(4 * columns, 3.2 * lines_), squeeze=False)
