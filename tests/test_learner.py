@@ -1,0 +1,134 @@
+"""The learner: the actor-critic loss, PPO's clip, the learning-rate warm-up, RMSProp-TF, precision."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+
+from ga3c.learner import AUTOCAST_DTYPES, Learner, RMSpropTF, a3c_loss, resolve_precision
+from ga3c.networks import ConvActorCritic, MLPActorCritic
+
+
+# --- n-step returns ------------------------------------------------------------------------------------
+
+
+# --- loss and optimizer --------------------------------------------------------------------------------
+def test_a3c_loss_matches_hand_computation():
+    logits = torch.tensor([[0.0, 0.0], [np.log(3.0), 0.0]])   # pi = [.5,.5] and [.75,.25]
+    values = torch.tensor([1.0, 2.0])
+    actions = torch.tensor([0, 1])
+    returns = torch.tensor([3.0, 0.5])
+    eps, beta = 1e-6, 0.01
+    out = a3c_loss(logits, values, actions, returns, beta=beta, log_epsilon=eps, value_coef=0.5, reduction="sum")
+    adv = np.array([2.0, -1.5])
+    logp = np.log(np.array([0.5, 0.25]) + eps)
+    policy = -(logp * adv).sum()
+    p = np.array([[0.5, 0.5], [0.75, 0.25]])
+    entropy = -(p * np.log(p + eps)).sum()
+    value = ((np.array([3.0, 0.5]) - np.array([1.0, 2.0])) ** 2).sum()
+    assert out["policy_loss"].item() == pytest.approx(policy, rel=1e-5)
+    assert out["entropy"].item() == pytest.approx(entropy, rel=1e-5)
+    assert out["value_loss"].item() == pytest.approx(value, rel=1e-5)
+    assert out["loss"].item() == pytest.approx(policy - beta * entropy + 0.5 * value, rel=1e-5)
+    mean = a3c_loss(logits, values, actions, returns, beta=beta, log_epsilon=eps, value_coef=0.5, reduction="mean")
+    assert mean["loss"].item() == pytest.approx(out["loss"].item() / 2, rel=1e-5)
+
+
+def test_ppo_clip_stops_the_gradient_of_samples_outside_the_band():
+    """learner.ppo_clip: -min(r A, clip(r) A) with r = pi / mu. Sample 0 (A > 0, r = 1.5 > 1.2) is clipped:
+    no gradient; sample 1 (A < 0, r = 1) gets the plain policy gradient."""
+    logits = torch.tensor([[0.0, 0.0], [np.log(3.0), 0.0]], requires_grad=True)   # pi = [.5,.5], [.75,.25]
+    actions, returns, values = torch.tensor([0, 1]), torch.tensor([3.0, 0.5]), torch.tensor([1.0, 2.0])
+    behaviour_logp = torch.log(torch.tensor([0.5 / 1.5, 0.25]))
+    out = a3c_loss(logits, values, actions, returns, 0.0, 1e-6, 0.0, "sum", behaviour_logp=behaviour_logp,
+                   ppo_clip=0.2)
+    assert out["policy_loss"].item() == pytest.approx(-(1.2 * 2.0 + 1.0 * -1.5), rel=1e-5)
+    assert out["ppo_clipped_share"].item() == 0.5
+    out["loss"].backward()
+    assert logits.grad[0].abs().sum() == 0
+    plain = torch.tensor([[np.log(3.0), 0.0]], requires_grad=True)
+    a3c_loss(plain, values[1:], actions[1:], returns[1:], 0.0, 0.0, 0.0, "sum")["loss"].backward()
+    np.testing.assert_allclose(logits.grad[1].numpy(), plain.grad[0].numpy(), rtol=1e-5)
+
+
+def test_advantage_does_not_train_the_value_through_the_policy_term():
+    values = torch.tensor([1.0], requires_grad=True)
+    out = a3c_loss(torch.zeros(1, 2), values, torch.tensor([0]), torch.tensor([3.0]), 0.0, 1e-6, 0.0, "sum")
+    out["loss"].backward()
+    assert values.grad is None or values.grad.abs().sum() == 0
+
+
+def test_the_learner_replaces_its_published_metrics_never_changes_them():
+    """The monitor (watchdog thread) iterates learner.last_metrics while the learner steps on: a dict once
+    published must not change size (adding grad_norm to it crashed the watchdog once, and the run hung)."""
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.Adam(params, lr=1e-3))
+    logits, values = learner.model(torch.zeros(3, 4))
+    (logits.sum() + values.sum()).backward()
+    published = {"loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5)}
+    learner.last_metrics = published
+    learner._step_metrics = {"loss": torch.tensor(2.0)}
+    learner.on_before_optimizer_step(None)
+    assert published == {"loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5)}
+    assert set(learner.last_metrics) == {"loss", "grad_norm"} and learner.last_metrics["grad_norm"] > 0
+    assert learner.last_metrics["loss"] == 2.0
+
+
+def test_learning_rate_warms_up_linearly_per_update_then_holds():
+    """learner.warmup_updates: Lightning steps the schedule every update (not every epoch), lr/N at the first
+    update up to lr at the N-th, then lr."""
+    import pytorch_lightning as pl
+
+    n = 6
+    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
+                 versions=torch.zeros(n, dtype=torch.long))
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3), reduction="mean",
+                      warmup_updates=4)
+    seen = []
+
+    class Record(pl.Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            seen.append(optimizer.param_groups[0]["lr"])
+
+    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
+    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3)).configure_optimizers() \
+        .__class__ is torch.optim.RMSprop   # 0 = no schedule at all
+
+
+def test_rmsprop_tf_matches_tensorflow_formula():
+    p = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.1)
+    p.grad = torch.tensor([2.0])
+    opt.step()
+    ms = 0.9 * 1.0 + 0.1 * 4.0           # accumulator starts at 1
+    assert p.item() == pytest.approx(1.0 - 0.1 * 2.0 / np.sqrt(ms + 0.1))
+
+
+def test_precision_auto_picks_bf16_only_for_conv_nets_on_native_bf16_hardware():
+    conv = ConvActorCritic((4, 84, 84), 3, [16, 32], [8, 4], [4, 2], 64)
+    native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_precision("auto", conv, "cpu") == ("bf16-mixed" if native else "32-true")
+    assert resolve_precision("auto", MLPActorCritic((4,), 2, [16]), "cpu") == "32-true"
+    assert resolve_precision("32-true", conv, "cpu") == "32-true"
+    assert AUTOCAST_DTYPES.get("bf16-mixed") == torch.bfloat16 and AUTOCAST_DTYPES.get("32-true") is None
+
+
+def test_bf16_mixed_a3c_gradients_agree_with_fp32():
+    torch.manual_seed(0)
+    model = ConvActorCritic((4, 84, 84), 6, [16, 32], [8, 4], [4, 2], 256)
+    obs = torch.randint(0, 255, (64, 4, 84, 84), dtype=torch.uint8)
+    actions, returns = torch.randint(0, 6, (64,)), torch.randn(64)
+
+    def gradient(autocast: bool) -> torch.Tensor:
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits, values = model(obs)
+            loss = a3c_loss(logits, values, actions, returns, 0.01, 1e-6, 0.5, "sum")["loss"]
+        loss.backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    full, mixed = gradient(False), gradient(True)
+    assert torch.nn.functional.cosine_similarity(full, mixed, dim=0) > 0.99

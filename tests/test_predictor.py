@@ -1,0 +1,76 @@
+"""Predictor threads on the real shared memory and pipes: batching, max batch, the bf16 acting copy."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ga3c.networks import ConvActorCritic
+from ga3c.predictor import Predictor
+from ga3c.shared_memory import PREDICTION_REQUEST
+
+
+# --- n-step returns ------------------------------------------------------------------------------------
+
+from fake_server import FakeServer, assert_eventually
+
+
+def test_predictor_batches_all_waiting_requests_in_one_forward_pass():
+    server = FakeServer()
+    request = np.zeros(1, PREDICTION_REQUEST)
+    for agent in range(6):  # six agents ask at once, one of them a dead agent's stale request
+        request["agent"], request["generation"] = agent, 0 if agent < 5 else 9
+        server.prediction_queue.put(request)
+    predictor = Predictor(server, 0, max_batch=128)
+    predictor.start()
+    try:
+        assert_eventually(lambda: len(server.answered) == 5)
+        time.sleep(0.2)
+    finally:
+        predictor.stopping.set()
+        predictor.join(2)
+    assert predictor.batches == 1 and predictor.predictions == 5
+    assert sorted(server.answered) == [0, 1, 2, 3, 4]
+    assert (server.buffers.answer_version[:5] == 7).all()
+    assert set(server.buffers.answer_action[:5]) <= {0, 1, 2}
+
+
+def test_predictor_acts_with_a_bf16_copy_refreshed_per_learner_update():
+    server = FakeServer()
+    server.learner.model = ConvActorCritic((4, 84, 84), 3, [16, 32], [8, 4], [4, 2], 64)
+    server.learner.autocast_dtype = torch.bfloat16
+    predictor = Predictor(server, 0, max_batch=128)
+    model, version = predictor.acting_model()
+    assert version == 7 and next(model.parameters()).dtype == torch.bfloat16
+    obs = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
+    with torch.inference_mode():
+        low_logits, low_values = model(obs)
+        logits, values = server.learner.model(obs)
+    assert torch.allclose(low_logits.float(), logits, atol=0.05) and torch.allclose(low_values.float(), values, atol=0.05)
+
+    with torch.no_grad():  # a learner update: the copy follows at the next version, not before
+        for p in server.learner.model.parameters():
+            p.add_(0.5)
+    assert predictor.acting_model()[0] is model and not torch.equal(
+        model.value.bias.float(), server.learner.model.value.bias.to(torch.bfloat16).float())
+    server.learner.version = 8
+    model, version = predictor.acting_model()
+    assert version == 8
+    assert torch.equal(model.value.bias, server.learner.model.value.bias.to(torch.bfloat16))
+
+
+def test_predictor_respects_max_batch():
+    server = FakeServer()
+    request = np.zeros(1, PREDICTION_REQUEST)
+    for agent in range(8):
+        request["agent"] = agent
+        server.prediction_queue.put(request)
+    predictor = Predictor(server, 0, max_batch=3)
+    predictor.start()
+    try:
+        assert_eventually(lambda: len(server.answered) == 8)
+    finally:
+        predictor.stopping.set()
+        predictor.join(2)
+    assert predictor.batches == 3  # 3 + 3 + 2
