@@ -51,15 +51,6 @@ def test_any_ale_game_without_a_file_composes_with_a_derived_name():
     assert game_dict("game=atari", "game.id=ALE/Asterix-v5", "game.name=my-asterix")["name"] == "my-asterix"
 
 
-def test_game_atari_without_an_id_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "train.py", "game=atari", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "ga3c: error: game.id must be given: it has no default (e.g. game.id=ALE/Asterix-v5)"]
-    assert not (tmp_path / "run" / "checkpoints").exists()
-
-
 @pytest.mark.slow
 def test_game_atari_with_an_id_trains(tmp_path):
     run_train(tmp_path, "game=atari", "game.id=ALE/Asterix-v5", "agents=4", "max_frames=4000",

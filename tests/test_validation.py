@@ -242,25 +242,43 @@ def new_shm_segments(before: set[str]) -> list[str]:
     return sorted(set(os.listdir("/dev/shm")) - before - mapped)
 
 
-BAD_COMMAND_LINES = [  # each was a traceback (and some a leaked segment) or a multi-line Hydra report
+def corrupt_checkpoint(tmp_path: Path) -> str:
+    path = tmp_path / "corrupt.ckpt"
+    path.write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    return str(path)
+
+
+# One of each kind of bad input that only a real process shows (the values of every key are checked in-process
+# above): each was once a traceback, a leaked segment or a multi-line Hydra report. game=cartpole unless given.
+BAD_COMMAND_LINES = [
     (["agents=abc"], "agents must be an integer"),
     (["trainer.max_time=abc"], "trainer.max_time must be"),
-    (["trainer.devices=two"], "trainer.devices must be"),
-    (["checkpoint.every_minutes=abc"], "checkpoint.every_minutes must be a number > 0"),
+    (["training_min_batch=300", "training_max_batch=100"], "training_min_batch (300) must not exceed training_max_batch"),
     (["+game.nosuch=3"], "game.nosuch is not a config key"),
     (["nosuchkey=1"], "nosuchkey is not a config key"),
-    (["trainer.max_steps=5"], "add it with +trainer.max_steps=5"),
+    (["trainer.max_steps=5"], "trainer.max_steps is not in the config: add it with +trainer.max_steps=5"),
     (["agents=[1"], "cannot read the override 'agents=[1'"),
     (["game=nosuch"], "there is no option 'game/nosuch'"),
+    (["algo=a4c"], "there is no option 'algo/a4c'"),
+    (["game=atari"], "game.id must be given"),
+    (["game.id=NoSuchGame-v9"], "game.id"),
+    (["net=small"], "net="),                                   # a conv net on CartPole's vectors
+    (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path '/nonexistent/last.ckpt' does not exist"),
+    (["ckpt_path=CORRUPT"], "ckpt_path"),
     (["+trainer.val_check_interval=abc"], "trainer: Lightning refused the settings"),  # after start-up began
     (["hydra.run.dir=/proc/ga3c-test/run"], "output directory '/proc/ga3c-test"),
+    (["hydra.run.dir=/etc/hostname/run"], "output directory"),
 ]
 
 
 @pytest.mark.parametrize("overrides, start", BAD_COMMAND_LINES, ids=[" ".join(o) for o, _ in BAD_COMMAND_LINES])
 def test_train_py_answers_bad_input_in_one_line_with_exit_code_2(tmp_path, overrides, start):
+    """The bad-input contract: exit code 2, one `ga3c: error:` line naming the problem, no traceback, and no
+    process, shared-memory segment or unfinished W&B run left."""
     run_dir = tmp_path / "run"
-    command = train_command(run_dir, "wandb.mode=offline", "game=cartpole", *overrides)
+    overrides = [o.replace("CORRUPT", corrupt_checkpoint(tmp_path)) for o in overrides]
+    game = [] if any(o.startswith("game=") for o in overrides) else ["game=cartpole"]
+    command = train_command(run_dir, "wandb.mode=offline", *game, *overrides)
     env = dict(os.environ, GA3C_TEST_MARKER=str(run_dir))
     shm_before = set(os.listdir("/dev/shm"))
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
