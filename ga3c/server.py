@@ -65,7 +65,30 @@ class AgentHandle:
         self.process, self.answer_fd, self.generation = process, answer_fd, generation
 
 
-class Server:
+class RunControl:
+    """Stopping and failing, as every run does it (GA3C's Server, A3C's run): the first reason to stop is the one
+    reported, the first error is the one train.py raises; `stopping` is set once, for threads to wait on."""
+
+    def __init__(self):
+        self.stopping = threading.Event()
+        self.stop_reason: str | None = None
+        self.error: BaseException | None = None
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stopping.is_set():
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+            self.stopping.set()
+
+    def fail(self, message: str, error: BaseException) -> None:
+        """A part of the run failed: stop the run and let train.py report the error."""
+        log.error(message)
+        if self.error is None:
+            self.error = error
+        self.request_stop(message.splitlines()[0])
+
+
+class Server(RunControl):
     """Everything between the envs and the learner. `set_counts` is how the auto-tuner acts."""
 
     def __init__(self, cfg, learner, counters, obs_shape, obs_dtype, max_agents: int, random_actions: bool = False):
@@ -90,9 +113,7 @@ class Server:
         self.all_trainers: list[TrainerThread] = []
         self.steps_to_learner = 0     # steps handed to Lightning this run (it prefetches one batch ahead)
         self._trained_at_start = 0
-        self.stopping = threading.Event()
-        self.stop_reason: str | None = None
-        self.error: BaseException | None = None
+        RunControl.__init__(self)
         self.monitor = None
         self.ctx = process_context()
         self._lock = threading.RLock()
@@ -268,12 +289,6 @@ class Server:
             if self.monitor is not None:
                 self.monitor.tick()
 
-    def request_stop(self, reason: str) -> None:
-        if not self.stopping.is_set():
-            self.stop_reason = reason
-            log.info("stopping: %s", reason)
-            self.stopping.set()
-
     def exit_now(self) -> None:
         """A second Ctrl-C: kill every agent process and free the shared memory, waiting for nothing."""
         for handle in list(self.agents) + list(self._retiring.values()):
@@ -282,13 +297,6 @@ class Server:
         # The name only: predictor and trainer threads may still be reading the mapping, and unmapping it under
         # them crashed the process (SIGSEGV) now and then; os._exit follows at once and frees the mapping.
         self._unlink_shared_memory()
-
-    def fail(self, message: str, error: BaseException) -> None:
-        """A thread of the run failed: stop the run and let train.py report the error."""
-        log.error(message)
-        if self.error is None:
-            self.error = error
-        self.request_stop(message)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every agent, predictor and trainer; free shared memory. Bounded in time, idempotent."""

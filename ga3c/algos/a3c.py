@@ -32,15 +32,16 @@ from ga3c.config import check_output_dir
 from ga3c.env import env_spec
 from ga3c.runtime import (StopSignals, checkpoint_run_state, finish_wandb, parse_max_time, read_checkpoint,
                           wandb_run_id)
-from ga3c.server import stop_forkserver
+from ga3c.server import RunControl, stop_forkserver
 
 log = logging.getLogger(__name__)
 
 
-class A3CRun:
+class A3CRun(RunControl):
     """Starts the agents, watches them, checkpoints, stops. Mirrors GA3C's Server + Monitor outputs."""
 
     def __init__(self, cfg: DictConfig):
+        RunControl.__init__(self)
         self.cfg = cfg
         self.output_dir = Path(cfg.output_dir)
         check_output_dir(self.output_dir)
@@ -65,21 +66,8 @@ class A3CRun:
                                   base_updates=int(a3c_state.get("updates", 0)),
                                   frame_skip=int(game.get("frame_skip", 1) or 1))
         self.wandb_id = wandb_run_id(cfg, a3c_state.get("wandb_id"))
-        self.stop_reason: str | None = None
-        self.error: BaseException | None = None
 
     # --- control ---------------------------------------------------------------------------------------
-    def request_stop(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            log.info("stopping: %s", reason)
-
-    def fail(self, message: str, error: BaseException) -> None:
-        log.error(message)
-        if self.error is None:
-            self.error = error
-        self.request_stop(message.splitlines()[0])
-
     def exit_now(self) -> None:
         """A second Ctrl-C (runtime.StopSignals): kill the agents at once; the model's memory goes with us."""
         self.agents.kill()
