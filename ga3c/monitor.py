@@ -95,6 +95,40 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def numeric(m: dict) -> dict:
+    """The metrics a logger can plot: numbers, NaN left out (a window without an episode or an update)."""
+    return {k: v for k, v in m.items() if isinstance(v, (int, float)) and v is not None
+            and not (isinstance(v, float) and math.isnan(v))}
+
+
+class RunOutputs:
+    """What every run writes each window, whatever its algorithm (GA3C's Monitor, A3C's): summary.json (the
+    window plus whole-run means), metrics.jsonl (one line per window, read by ga3c.tools), the progress line."""
+
+    def __init__(self, output_dir: Path, progress: bool, tag: str):
+        self.output_dir, self.progress, self.tag = Path(output_dir), progress, tag
+
+    def write_summary(self, m: dict, status: str, stop_reason: str | None, first_frames: float,
+                      first_trained: float, wall_offset: float, **extra) -> None:
+        """summary.json; whole-run means from this process's start (first_*: the counters then)."""
+        elapsed = max(m["wall_seconds"] - wall_offset, 1e-9)
+        summary = dict(m, status=status, stop_reason=stop_reason, **extra,
+                       fps_run_mean=(m["frames"] - first_frames) / elapsed,
+                       samples_per_s_run_mean=(m["trained_steps"] - first_trained) / elapsed)
+        write_json_atomic(self.output_dir / "summary.json", summary)
+
+    def append_history(self, m: dict) -> None:
+        with open(self.output_dir / "metrics.jsonl", "a") as history:
+            history.write(json.dumps(m, default=float) + "\n")
+
+    def print_progress(self, m: dict) -> None:
+        if self.progress:
+            print(f"[{self.tag}] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
+                  f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
+                  f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}",
+                  flush=True)
+
+
 class Monitor(pl.Callback):
     """Every `every_seconds`: rates over the last window, W&B metrics, summary.json, a progress line.
 
@@ -113,6 +147,7 @@ class Monitor(pl.Callback):
         self._last_time = self.start_time
         self._last = self._first = self._snapshot()
         self.latest: dict = {}
+        self.outputs = RunOutputs(self.output_dir, progress, "ga3c")
         self.logger = None
         self.listeners: list = []       # called with each window's metrics (the auto-tuner)
 
@@ -197,29 +232,20 @@ class Monitor(pl.Callback):
         self.write_summary(m)
         self.append_history(m)
         if self.logger is not None:
-            self.logger.log_metrics({k: v for k, v in m.items() if isinstance(v, (int, float)) and v is not None
-                                     and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
-        if self.progress:
-            print(f"[ga3c] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
-                  f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
-                  f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}",
-                  flush=True)
+            self.logger.log_metrics(numeric(m), step=int(m["frames"]))
+        self.outputs.print_progress(m)
 
     def append_history(self, m: dict) -> None:
         """metrics.jsonl: one JSON line per window (the local history that ga3c.tools.report plots, offline)."""
-        with open(self.output_dir / "metrics.jsonl", "a") as history:
-            history.write(json.dumps(m, default=float) + "\n")
+        self.outputs.append_history(m)
 
     def wall_seconds(self) -> float:
         return self.wall_offset + time.monotonic() - self.start_time
 
     def write_summary(self, m: dict, status: str = "running") -> None:
         """summary.json: the latest window's rates plus whole-run means (fps_run_mean, samples_per_s_run_mean)."""
-        elapsed = max(m["wall_seconds"] - self.wall_offset, 1e-9)
-        summary = dict(m, status=status, stop_reason=self.server.stop_reason,
-                       fps_run_mean=(m["frames"] - self._first["frames"]) / elapsed,
-                       samples_per_s_run_mean=(m["trained_steps"] - self._first["trained"]) / elapsed)
-        write_json_atomic(self.output_dir / "summary.json", summary)
+        self.outputs.write_summary(m, status, self.server.stop_reason, self._first["frames"], self._first["trained"],
+                                   self.wall_offset)
 
     # --- Lightning hooks -----------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:

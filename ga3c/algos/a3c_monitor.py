@@ -4,7 +4,6 @@ scores and the time to stop_score."""
 from __future__ import annotations
 
 import collections
-import json
 import math
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ga3c.algos.a3c_agent import LOSSES, AgentProcesses
-from ga3c.monitor import ScoreWindow, write_json_atomic
+from ga3c.monitor import RunOutputs, ScoreWindow, numeric
 
 
 class A3CMonitor:
@@ -31,6 +30,7 @@ class A3CMonitor:
         self.score_window = ScoreWindow(int(cfg.log.score_window), cfg.get("stop_score"), self.wall_seconds)
         self.score_window.load_state_dict(run_state.get("score_window", {}))   # a resumed run's episodes
         self.finished = False  # once the agents stopped, produced but untrained steps count as discarded
+        self.outputs = RunOutputs(output_dir, bool(cfg.log.progress), "a3c")
         self.wandb_run = None
         self.start()
 
@@ -108,24 +108,16 @@ class A3CMonitor:
 
     # --- outputs ---------------------------------------------------------------------------------------
     def write_summary(self, m: dict, stop_reason: str | None, status: str = "running") -> None:
-        elapsed = max(m["wall_seconds"] - self.wall_offset, 1e-9)
         first = self.counters(self.first)
-        summary = dict(m, status=status, stop_reason=stop_reason, algo="a3c",
-                       fps_run_mean=(m["frames"] - first["frames"]) / elapsed,
-                       samples_per_s_run_mean=(m["trained_steps"] - first["trained_steps"]) / elapsed)
-        write_json_atomic(self.output_dir / "summary.json", summary)
+        self.outputs.write_summary(m, status, stop_reason, first["frames"], first["trained_steps"], self.wall_offset,
+                                   algo="a3c")
 
     def publish(self, m: dict, stop_reason: str | None) -> None:
         self.write_summary(m, stop_reason)
-        with open(self.output_dir / "metrics.jsonl", "a") as history:  # one line per window, as GA3C's
-            history.write(json.dumps(m, default=float) + "\n")
+        self.outputs.append_history(m)
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in m.items() if isinstance(v, (int, float)) and v is not None
-                                and not (isinstance(v, float) and math.isnan(v))}, step=int(m["frames"]))
-        if self.cfg.log.progress:
-            print(f"[a3c] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
-                  f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
-                  f"NA {m['agents']} | lag {m['policy_lag_mean']:.1f}", flush=True)
+            self.wandb_run.log(numeric(m), step=int(m["frames"]))
+        self.outputs.print_progress(m)
 
     def init_wandb(self, wandb_id: str | None) -> None:
         if self.cfg.wandb.mode == "disabled":
