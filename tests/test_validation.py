@@ -32,7 +32,7 @@ def compositions() -> dict[str, dict]:
     """Every kind of composed config a user can get, as resolved plain values."""
     cfgs = {f"game={g} net={n}": compose_config(f"game={g}", f"net={n}") for g in GAMES for n in NETS}
     cfgs |= {f"autotune={a}": compose_config(f"autotune={a}") for a in ("on", "ga3c")}
-    cfgs |= {"learncurve": compose_named("learncurve"), "bench": compose_named("bench")}
+    cfgs |= {"learncurve": compose_named("learncurve"), "bench": compose_named("bench"), "suite": compose_named("suite")}
     return {name: OmegaConf.to_container(cfg, resolve=True) for name, cfg in cfgs.items()}
 
 
@@ -203,7 +203,9 @@ def test_learncurve_and_bench_keys_are_checked_too():
     for name, override, key in (("learncurve", "seeds=0", "seeds"), ("learncurve", "minutes=-1", "minutes"),
                                 ("learncurve", "learncurve.arms=[]", "learncurve.arms"),
                                 ("bench", "bench.arms=[gpu]", "bench.arms"),
-                                ("bench", "bench.seconds_per_arm=0", "bench.seconds_per_arm")):
+                                ("bench", "bench.seconds_per_arm=0", "bench.seconds_per_arm"),
+                                ("suite", "suite.random_episodes=0", "suite.random_episodes"),
+                                ("suite", "games=[]", "games")):
         with pytest.raises(ConfigError, match=key):
             validate(compose_named(name, override))
 
