@@ -93,6 +93,71 @@ class MLPActorCritic(nn.Module):
         return self.policy(obs), self.value(obs).squeeze(-1)
 
 
+class RecurrentActorCritic(nn.Module):
+    """A torso (the conv net's, or a tanh MLP for vector observations) and an LSTM core, two heads: the
+    recurrent policy. Acting advances each agent's (h, c) one step; learning unrolls the core over a rollout
+    from the state its agent had when the rollout began. `starts` marks the steps that begin an episode: the
+    state is zeroed before them, so a rollout may cross an episode's end.
+
+    forward(obs, state, starts): obs (T, B, *obs_shape), state = (h, c) each (B, core), starts (T, B) bool
+    -> logits (T, B, A), values (T, B), the state after the last step. step(): the same for T = 1.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, core: int = 256,
+                 channels: Sequence[int] = (16, 32), kernels: Sequence[int] = (8, 4), strides: Sequence[int] = (4, 2),
+                 hidden: int = 256, init: str = "orthogonal"):
+        super().__init__()
+        if init not in ("orthogonal", "torch"):
+            raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
+        if len(obs_shape) == 3:
+            layers, in_ch = [], obs_shape[0]
+            for out_ch, k, s in zip(channels, kernels, strides):
+                layers += [(InputScaledConv2d if not layers else nn.Conv2d)(in_ch, out_ch, k, s), nn.ReLU()]
+                in_ch = out_ch
+            self.torso = nn.Sequential(*layers, nn.Flatten())
+            with torch.no_grad():
+                flat = self.torso(torch.zeros(1, *obs_shape)).shape[1]
+            self.embed = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
+        elif len(obs_shape) == 1:
+            self.torso = nn.Identity()
+            self.embed = nn.Sequential(nn.Linear(obs_shape[0], hidden), nn.Tanh())
+        else:
+            raise ValueError(f"a recurrent net needs image (C, H, W) or vector observations, got {tuple(obs_shape)}")
+        self.obs_shape, self.core_size = tuple(obs_shape), core
+        self.core = nn.LSTMCell(hidden, core)
+        self.policy = nn.Linear(core, num_actions)
+        self.value = nn.Linear(core, 1)
+        if init == "orthogonal":
+            orthogonal_init(self)
+            for name, weight in self.core.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(weight)
+                else:
+                    nn.init.zeros_(weight)
+
+    def initial_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        zeros = torch.zeros(batch, self.core_size, device=device)
+        return zeros, zeros.clone()
+
+    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor):
+        steps, batch = obs.shape[:2]
+        x = obs.reshape(steps * batch, *self.obs_shape).float()
+        x = self.embed(self.torso(x)).reshape(steps, batch, -1)   # the torso runs once over every step
+        h, c = state
+        outputs = []
+        for t in range(steps):
+            keep = (~starts[t]).to(h.dtype).unsqueeze(-1)          # a new episode starts from a zero state
+            h, c = self.core(x[t], (h * keep, c * keep))
+            outputs.append(h)
+        out = torch.stack(outputs)
+        return self.policy(out), self.value(out).squeeze(-1), (h, c)
+
+    def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor):
+        """One acting step for a batch of agents: obs (B, *obs_shape), starts (B,)."""
+        logits, values, state = self(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        return logits[0], values[0], state
+
+
 def build_network(net_cfg, obs_shape: Sequence[int], num_actions: int) -> nn.Module:
     """Instantiate the net/ config for a game; a net that does not fit the observations is a config error."""
     from hydra.errors import InstantiationException
@@ -101,7 +166,11 @@ def build_network(net_cfg, obs_shape: Sequence[int], num_actions: int) -> nn.Mod
     from ga3c.config import ConfigError
 
     try:
-        return instantiate(net_cfg, obs_shape=tuple(obs_shape), num_actions=num_actions)
+        model = instantiate(net_cfg, obs_shape=tuple(obs_shape), num_actions=num_actions)
     except InstantiationException as error:
         cause = error.__cause__ or error
         raise ConfigError(f"net: {cause}") from None
+    if isinstance(model, RecurrentActorCritic):  # its hidden state has no place in the data path yet
+        raise ConfigError("net: RecurrentActorCritic does not run through the agents, predictors and learner yet; "
+                          "use net=small, net=large or net=mlp")
+    return model

@@ -13,9 +13,6 @@ from ga3c.networks import MLPActorCritic
 from ga3c.shared_memory import PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
 
 
-# --- n-step returns ------------------------------------------------------------------------------------
-
-
 # --- predictor and trainer threads on the real shared memory and pipes ---------------------------------
 class FakeServer:
     def __init__(self, agents=8, t_max=5, obs=(4,)):

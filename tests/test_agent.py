@@ -11,9 +11,6 @@ from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, RO
 
 
 # --- n-step returns ------------------------------------------------------------------------------------
-
-
-# --- n-step returns ------------------------------------------------------------------------------------
 def test_returns_terminal_bootstraps_zero():
     returns = discounted_returns(np.array([1.0, 0.0, 2.0], np.float32), bootstrap=0.0, gamma=0.5)
     # R2 = 2, R1 = 0 + 0.5 * 2 = 1, R0 = 1 + 0.5 * 1 = 1.5

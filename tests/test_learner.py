@@ -10,9 +10,6 @@ from ga3c.learner import AUTOCAST_DTYPES, Learner, RMSpropTF, a3c_loss, resolve_
 from ga3c.networks import ConvActorCritic, MLPActorCritic
 
 
-# --- n-step returns ------------------------------------------------------------------------------------
-
-
 # --- loss and optimizer --------------------------------------------------------------------------------
 def test_a3c_loss_matches_hand_computation():
     logits = torch.tensor([[0.0, 0.0], [np.log(3.0), 0.0]])   # pi = [.5,.5] and [.75,.25]

@@ -10,9 +10,6 @@ from ga3c.monitor import Counters, Monitor, ScoreWindow
 from ga3c.networks import MLPActorCritic
 
 
-# --- n-step returns ------------------------------------------------------------------------------------
-
-
 def test_score_window_means_and_stop_score():
     """score_mean_100 is the mean of the last `size` episodes (NaN before the first); stop_score counts only
     on a full window, is reported once, with the run's clock at that episode."""

@@ -11,8 +11,6 @@ from ga3c.predictor import Predictor
 from ga3c.shared_memory import PREDICTION_REQUEST
 
 
-# --- n-step returns ------------------------------------------------------------------------------------
-
 from fake_server import FakeServer, assert_eventually
 
 

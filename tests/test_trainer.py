@@ -14,8 +14,6 @@ from ga3c.networks import MLPActorCritic
 from ga3c.trainer import ExperienceDataset, TrainerThread
 
 
-# --- n-step returns ------------------------------------------------------------------------------------
-
 from fake_server import FakeServer, assert_eventually, ship_rollouts
 
 
