@@ -238,11 +238,11 @@ def plot_grid(rows: list[dict], key: str, path: Path, title: str) -> Path:
         axis.set_title(r["game"])
         axis.set_xlabel(label)
         axis.grid(alpha=0.3)
+        axis.legend(fontsize=6, loc="best")
     for axis in list(axes.flat)[len(rows):]:
         axis.axis("off")
     if rows:
         axes.flat[0].set_ylabel("rolling-100 score")
-        axes.flat[0].legend(fontsize=7, loc="best")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
