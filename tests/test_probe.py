@@ -39,3 +39,29 @@ def test_a_one_step_misalignment_never_gets_past_chance(tmp_path, part):
               "wandb.mode=disabled", timeout=240)
     summary = read_summary(tmp_path)
     assert summary["episodes"] >= 500 and summary["score_mean_100"] <= CHANCE_CEILING, summary
+
+
+def test_the_recall_probe_hides_its_cue_from_the_frame_stack():
+    """CueRecall (the probe for a recurrent policy): at every decision step the frame stack is blank, so a
+    feed-forward policy is at chance (rounds / actions = 1 of 4), while a policy that remembers the cue scores 4."""
+    import gymnasium as gym
+    import numpy as np
+
+    import ga3c.probe_envs  # noqa: F401  registers the probe ids
+    from ga3c.tools.suite import random_play
+
+    env = gym.make("ga3c.probe_envs:CueRecall-v0")
+    obs, _ = env.reset(seed=0)
+    remembered, total, decisions, done = None, 0.0, 0, False
+    while not done:
+        if obs[-1].any():
+            remembered = int(np.argmax(obs[-1][:, 0]) // env.unwrapped.band)
+        decision = env.unwrapped.steps % (env.unwrapped.delay + 2) == env.unwrapped.delay + 1
+        if decision:
+            assert not obs.any(), "the cue is still in the stack at a decision step"
+            decisions += 1
+        obs, reward, done, _, _ = env.step(remembered)
+        total += reward
+    assert (decisions, total) == (4, 4.0)
+    chance = random_play(dict(name="recall", id="ga3c.probe_envs:CueRecall-v0", atari=False), episodes=400, seed=2)
+    assert abs(chance["mean"] - 1.0) < 4 * chance["sem"]
