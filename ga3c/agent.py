@@ -101,12 +101,23 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
         record["episode_done"], record["episode_score"], record["episode_length"] = episode_done, score, steps
         os.write(training_fd, record.tobytes())
 
+    recurrent = buffers.recurrent
+
+    def begin(slot: int, new_episode: bool, predicted: bool) -> None:
+        """A recurrent net's bookkeeping for a freshly claimed slot: whether its first step begins an episode,
+        and the state its rollout begins with: the state before the prediction already made on its first
+        observation (a full rollout's bootstrap state), else the agent's current state."""
+        buffers.starts[index, slot, 0] = new_episode
+        buffers.start_state[index, slot] = buffers.entry_state[index] if predicted else buffers.state[index]
+
     slot, step = 0, 0
     score, episode_steps = 0.0, 0
     try:
         obs, _ = env.reset(seed=seed)
         claim(slot)
         buffers.obs[index, slot, 0] = obs
+        if recurrent:
+            begin(slot, True, False)
         while not buffers.stop[index]:
             if random_actions:
                 action = int(rng.integers(num_actions))
@@ -117,6 +128,8 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                     previous, slot, step = slot, (slot + 1) % slots, 0
                     claim(slot)
                     buffers.obs[index, slot, 0] = buffers.obs[index, previous, t_max]
+                    if recurrent:
+                        begin(slot, False, True)
                 buffers.actions[index, slot, step] = action
                 buffers.versions[index, slot, step] = version
                 buffers.behaviour_logp[index, slot, step] = log_prob
@@ -134,6 +147,8 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                 step = 0
                 continue
             buffers.obs[index, slot, step] = obs
+            if recurrent:
+                buffers.starts[index, slot, step] = 0
             if episode_over or info.get("life_lost"):
                 bootstrap, terminal = 0.0, not (truncated and not terminated)
                 if not terminal:  # time limit: the future still had value
@@ -145,6 +160,8 @@ def run_agent(index: int, generation: int, spec: dict, game: dict, seed: int, t_
                 slot, step = (slot + 1) % slots, 0
                 claim(slot)
                 buffers.obs[index, slot, 0] = obs
+                if recurrent:
+                    begin(slot, episode_over, False)
     except (AgentStopped, BrokenPipeError):
         pass
     except Exception as error:  # the env (or anything else) failed: tell the server why, then die

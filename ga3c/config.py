@@ -340,6 +340,8 @@ NETS: dict[str, dict[str, Spec]] = {
     "ga3c.networks.ConvActorCritic": dict(channels=LAYERS, kernels=LAYERS, strides=LAYERS,
                                           hidden=integer(1, 65536), init=INITS),
     "ga3c.networks.MLPActorCritic": dict(hidden=LAYERS, init=INITS),
+    "ga3c.networks.RecurrentActorCritic": dict(core=integer(1, 65536), channels=LAYERS, kernels=LAYERS,
+                                               strides=LAYERS, hidden=integer(1, 65536), init=INITS),
 }
 
 # optimizer/ (the `learner.optimizer` node): typed keywords of the optimizers conf/ names; their other keywords

@@ -177,8 +177,24 @@ class Learner(pl.LightningModule):
     def forward(self, obs: torch.Tensor):
         return self.model(obs)
 
+    def evaluate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and values of every sample of a batch. A recurrent net is unrolled over each rollout from the
+        state it began with (resets where an episode starts): rollouts are laid out as (t_max, rollouts),
+        padded, and the outputs gathered back into the batch's sample order."""
+        if "start_state" not in batch:
+            return self.model(batch["obs"])
+        rollout, step = batch["rollout"], batch["step"]
+        steps, count = int(batch["lengths"].max()), len(batch["lengths"])
+        obs = batch["obs"].new_zeros((steps, count, *batch["obs"].shape[1:]))
+        obs[step, rollout] = batch["obs"]
+        starts = torch.zeros(steps, count, dtype=torch.bool, device=obs.device)
+        starts[step, rollout] = batch["starts"].bool()
+        state = batch["start_state"].float()
+        logits, values, _ = self.model(obs, (state[:, 0], state[:, 1]), starts)
+        return logits[step, rollout], values[step, rollout]
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        logits, values = self.model(batch["obs"])
+        logits, values = self.evaluate(batch)
         returns, advantages, extra = batch["returns"], None, {}
         if self.correction == "vtrace":  # targets from the current policy and values, not the acted ones
             target_logp = torch.log_softmax(logits.float().detach(), -1).gather(

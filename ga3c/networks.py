@@ -141,7 +141,7 @@ class RecurrentActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor):
         steps, batch = obs.shape[:2]
-        x = obs.reshape(steps * batch, *self.obs_shape).float()
+        x = obs.reshape(steps * batch, *self.obs_shape).to(self.policy.weight.dtype)  # float32, or a bf16 copy's
         x = self.embed(self.torso(x)).reshape(steps, batch, -1)   # the torso runs once over every step
         h, c = state
         outputs = []
@@ -170,7 +170,4 @@ def build_network(net_cfg, obs_shape: Sequence[int], num_actions: int) -> nn.Mod
     except InstantiationException as error:
         cause = error.__cause__ or error
         raise ConfigError(f"net: {cause}") from None
-    if isinstance(model, RecurrentActorCritic):  # its hidden state has no place in the data path yet
-        raise ConfigError("net: RecurrentActorCritic does not run through the agents, predictors and learner yet; "
-                          "use net=small, net=large or net=mlp")
     return model

@@ -68,7 +68,10 @@ class Predictor(threading.Thread):
             model, version = self.acting_model()
             device = server.learner.device
             with torch.inference_mode():
-                logits, values = model(obs.to(device, non_blocking=True))
+                if buffers.recurrent:
+                    logits, values = self._recurrent_step(model, obs.to(device), agents, requests, device)
+                else:
+                    logits, values = model(obs.to(device, non_blocking=True))
                 log_probs = torch.log_softmax(logits.float(), -1)
                 actions = torch.multinomial(log_probs.exp(), 1)
                 chosen_log_probs = log_probs.gather(1, actions).squeeze(1)
@@ -83,3 +86,18 @@ class Predictor(threading.Thread):
             self.predictions += len(agents)
             self.batches += 1
             self.busy_seconds += time.perf_counter() - start
+
+    def _recurrent_step(self, model, obs: torch.Tensor, agents: np.ndarray, requests: np.ndarray, device):
+        """Advance each requesting agent's recurrent state by one step (zeroed where an episode begins); keep
+        the state before it, from which the agent's next rollout may begin."""
+        buffers = self.server.buffers
+        starts = torch.from_numpy(buffers.starts[agents, requests["slot"], requests["step"]].astype(bool)).to(device)
+        state = buffers.state[agents]                                     # (B, 2, core), a copy
+        state[starts.cpu().numpy()] = 0.0
+        buffers.entry_state[agents] = state
+        dtype = next(model.parameters()).dtype
+        h, c = (torch.from_numpy(state[:, i]).to(device, dtype) for i in (0, 1))
+        logits, values, (h, c) = model.step(obs, (h, c), starts)
+        buffers.state[agents] = torch.stack((h, c), 1).float().cpu().numpy()
+        return logits, values
+

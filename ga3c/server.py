@@ -95,7 +95,8 @@ class Server(RunControl):
         self.cfg, self.learner, self.counters = cfg, learner, counters
         self.random_actions = random_actions
         self.max_agents = max_agents
-        self.buffers = SharedBuffers.create(max_agents, cfg.rollout_slots, cfg.t_max, obs_shape, obs_dtype)
+        core = int(getattr(learner.model, "core_size", 0)) if learner is not None else 0   # a recurrent net's state
+        self.buffers = SharedBuffers.create(max_agents, cfg.rollout_slots, cfg.t_max, obs_shape, obs_dtype, core)
         self.prediction_queue = self.training_queue = None
         try:  # the segment exists now: a failure below must not leave it in /dev/shm
             self.prediction_queue = RecordPipe(PREDICTION_REQUEST)
@@ -178,6 +179,7 @@ class Server(RunControl):
         self.buffers.stop[index] = 0
         self.buffers.slot_busy[index] = 0
         self.buffers.error[index] = 0
+        self.buffers.state[index] = 0   # a new or replacing agent starts from a zero recurrent state
         answer_reader, answer_writer = self.ctx.Pipe(duplex=False)
         seed = int(self.cfg.seed) * 10007 + self.seed_counter
         self.seed_counter += 1

@@ -74,11 +74,17 @@ class SharedBuffers:
 
     obs[a, s, t] is the observation agent a acted on at step t of its rollout slot s (t = t_max holds the
     bootstrap state). The agent writes it, a predictor reads it to act, a trainer copies it out for training.
+
+    A recurrent net (spec["core"] > 0) adds its (h, c) state: `state[a]`, agent a's, advanced by the predictor
+    that answers it; `entry_state[a]`, the state before its latest prediction; `start_state[a, s]`, the state
+    slot s's rollout began with (the learner unrolls from it); `starts[a, s, t]`, 1 where step t begins an
+    episode (the state is zeroed there). For a feed-forward net these fields have no elements.
     """
 
     def __init__(self, spec: dict, create: bool):
         self.spec = spec
         a, s, t = spec["max_agents"], spec["slots"], spec["t_max"]
+        core = int(spec.get("core", 0))
         layout = [
             ("obs", (a, s, t + 1, *spec["obs_shape"]), spec["obs_dtype"]),
             ("actions", (a, s, t), np.int32),
@@ -97,6 +103,10 @@ class SharedBuffers:
             ("produced_steps", (a,), np.int64),      # env steps taken (counted by the agent)
             ("shipped_steps", (a,), np.int64),       # env steps put on the training queue (by the agent)
             ("error", (a, 512), np.uint8),           # why an agent failed (UTF-8), for the server's log
+            ("state", (a, 2, core), np.float32),            # a recurrent net's (h, c), per agent
+            ("entry_state", (a, 2, core), np.float32),      # ... before the agent's latest prediction
+            ("start_state", (a, s, 2, core), np.float32),   # ... the rollout in slot s began with
+            ("starts", (a, s, t + 1) if core else (0,), np.uint8),  # 1 where the step begins an episode
         ]
         offsets, size = [], 0
         for name, shape, dtype in layout:
@@ -113,11 +123,15 @@ class SharedBuffers:
         if create:
             self.slot_busy[:] = 0
             self.stop[:] = 0
+            self.state[:] = 0
+        self.recurrent = core > 0
 
     @classmethod
-    def create(cls, max_agents: int, slots: int, t_max: int, obs_shape: tuple, obs_dtype) -> "SharedBuffers":
+    def create(cls, max_agents: int, slots: int, t_max: int, obs_shape: tuple, obs_dtype,
+               core: int = 0) -> "SharedBuffers":
+        """`core`: the state size of a recurrent net (0: feed-forward)."""
         spec = dict(max_agents=max_agents, slots=slots, t_max=t_max, obs_shape=tuple(obs_shape),
-                    obs_dtype=np.dtype(obs_dtype).str)
+                    obs_dtype=np.dtype(obs_dtype).str, core=int(core))
         return cls(spec, create=True)
 
     @classmethod

@@ -34,13 +34,19 @@ class TrainerThread(threading.Thread):
     STEP_FIELDS = ("obs", "actions", "returns", "versions", "rewards", "discounts", "behaviour_logp")
     ROLLOUT_FIELDS = ("bootstrap", "lengths")
 
+    # A recurrent net's batches also carry where episodes begin and each rollout's first state.
+    RECURRENT_STEP_FIELDS, RECURRENT_ROLLOUT_FIELDS = ("starts",), ("start_state",)
+
     def _new_batch(self) -> dict[str, np.ndarray]:
         b, spec = self.max_batch + self.server.buffers.spec["t_max"], self.server.buffers.spec
-        return dict(obs=np.empty((b, *spec["obs_shape"]), spec["obs_dtype"]), actions=np.empty(b, np.int64),
-                    returns=np.empty(b, np.float32), versions=np.empty(b, np.int64),
-                    rewards=np.empty(b, np.float32), discounts=np.empty(b, np.float32),
-                    behaviour_logp=np.empty(b, np.float32), rollout=np.empty(b, np.int64),
-                    step=np.empty(b, np.int64), bootstrap=np.empty(b, np.float32), lengths=np.empty(b, np.int64))
+        batch = dict(obs=np.empty((b, *spec["obs_shape"]), spec["obs_dtype"]), actions=np.empty(b, np.int64),
+                     returns=np.empty(b, np.float32), versions=np.empty(b, np.int64),
+                     rewards=np.empty(b, np.float32), discounts=np.empty(b, np.float32),
+                     behaviour_logp=np.empty(b, np.float32), rollout=np.empty(b, np.int64),
+                     step=np.empty(b, np.int64), bootstrap=np.empty(b, np.float32), lengths=np.empty(b, np.int64))
+        if self.server.buffers.recurrent:
+            batch.update(starts=np.empty(b, np.bool_), start_state=np.empty((b, 2, spec["core"]), np.float32))
+        return batch
 
     def _loop(self) -> None:
         server, buffers = self.server, self.server.buffers
@@ -58,6 +64,9 @@ class TrainerThread(threading.Thread):
                 for field in self.STEP_FIELDS:
                     batch[field][size:size + n] = getattr(buffers, field)[agent, slot, :n]
                 batch["bootstrap"][rollouts] = buffers.bootstrap[agent, slot]
+                if buffers.recurrent:
+                    batch["starts"][size:size + n] = buffers.starts[agent, slot, :n]
+                    batch["start_state"][rollouts] = buffers.start_state[agent, slot]
                 buffers.slot_busy[agent, slot] = 0
                 batch["rollout"][size:size + n] = rollouts
                 batch["step"][size:size + n] = np.arange(n)
@@ -68,8 +77,8 @@ class TrainerThread(threading.Thread):
                 if record["episode_done"]:
                     server.monitor.record_episode(float(record["episode_score"]), int(record["episode_length"]))
             if size >= self.min_batch:
-                ready = {k: torch.from_numpy(v[:rollouts if k in self.ROLLOUT_FIELDS else size])
-                         for k, v in batch.items()}
+                per_rollout = self.ROLLOUT_FIELDS + self.RECURRENT_ROLLOUT_FIELDS
+                ready = {k: torch.from_numpy(v[:rollouts if k in per_rollout else size]) for k, v in batch.items()}
                 self.busy_seconds += time.perf_counter() - start
                 while not self.stopping.is_set():
                     try:

@@ -97,12 +97,18 @@ def play_episode(model: torch.nn.Module, env, greedy: bool, rng: np.random.Gener
     (unclipped) score and length; `truncated` is true when `max_steps` or `should_stop` cut it short."""
     obs, _ = env.reset(seed=seed)
     score, steps, done = 0.0, 0, False
+    recurrent = hasattr(model, "initial_state")   # a recurrent net carries its state from step to step
+    state, no_reset = (model.initial_state(1), torch.zeros(1, dtype=torch.bool)) if recurrent else (None, None)
     if writer is not None:
         writer.add(frame_of(env))
     while not done:
         if (max_steps and steps >= max_steps) or should_stop():
             return dict(score=score, steps=steps, truncated=True)
-        logits, _ = model(torch.as_tensor(np.asarray(obs)).unsqueeze(0))
+        observation = torch.as_tensor(np.asarray(obs)).unsqueeze(0)
+        if recurrent:
+            logits, _, state = model.step(observation, state, no_reset)
+        else:
+            logits, _ = model(observation)
         if greedy:
             action = int(torch.argmax(logits, dim=-1))
         else:

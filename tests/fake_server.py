@@ -15,8 +15,8 @@ from ga3c.shared_memory import PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBu
 
 # --- predictor and trainer threads on the real shared memory and pipes ---------------------------------
 class FakeServer:
-    def __init__(self, agents=8, t_max=5, obs=(4,)):
-        self.buffers = SharedBuffers.create(agents, 2, t_max, obs, np.float32)
+    def __init__(self, agents=8, t_max=5, obs=(4,), core=0):
+        self.buffers = SharedBuffers.create(agents, 2, t_max, obs, np.float32, core)
         self.prediction_queue, self.training_queue = RecordPipe(PREDICTION_REQUEST), RecordPipe(ROLLOUT)
         self.batch_queue = queue.Queue(maxsize=100)
         self.generations = np.zeros(agents, np.uint16)

@@ -18,7 +18,7 @@ def test_every_game_and_net_composes(game, net):
     validate(cfg)
     assert cfg.game.name == game
     obs_shape, _, num_actions = env_spec(OmegaConf.to_container(cfg.game))
-    if (len(obs_shape) == 1) != (net == "mlp"):
+    if net != "lstm" and (len(obs_shape) == 1) != (net == "mlp"):   # lstm takes images and vectors
         with pytest.raises(ConfigError, match="net="):  # a conv net on vectors, or an MLP on frames
             build_network(cfg.net, obs_shape, num_actions)
     else:

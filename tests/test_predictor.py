@@ -1,4 +1,5 @@
-"""Predictor threads on the real shared memory and pipes: batching, max batch, the bf16 acting copy."""
+"""Predictor threads on the real shared memory and pipes: batching, max batch, the bf16 acting copy, a recurrent
+net's state."""
 from __future__ import annotations
 
 import time
@@ -6,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from ga3c.networks import ConvActorCritic
+from ga3c.networks import ConvActorCritic, RecurrentActorCritic
 from ga3c.predictor import Predictor
 from ga3c.shared_memory import PREDICTION_REQUEST
 
@@ -72,3 +73,47 @@ def test_predictor_respects_max_batch():
         predictor.stopping.set()
         predictor.join(2)
     assert predictor.batches == 3  # 3 + 3 + 2
+
+
+def test_predictor_advances_each_agents_recurrent_state_and_zeroes_it_where_an_episode_begins():
+    """Agent 0's step begins an episode (its stale state must not leak in), agent 1's continues one; each gets
+    the step from its own state, keeps the state before it (entry_state) and the state after it (state)."""
+    torch.manual_seed(0)
+    server = FakeServer(core=8)
+    model = RecurrentActorCritic((4,), 3, core=8, hidden=16)
+    server.learner.model = model
+    buffers = server.buffers
+    assert buffers.recurrent and buffers.state.shape == (8, 2, 8)
+    buffers.obs[:2, 0, 3] = np.random.default_rng(0).normal(size=(2, 4))
+    buffers.state[:2] = np.random.default_rng(1).normal(size=(2, 2, 8))
+    before = buffers.state[:2].copy()
+    buffers.starts[0, 0, 3], buffers.starts[1, 0, 3] = 1, 0
+    request = np.zeros(1, PREDICTION_REQUEST)
+    for agent in (0, 1):
+        request["agent"], request["slot"], request["step"] = agent, 0, 3
+        server.prediction_queue.put(request)
+    predictor = Predictor(server, 0, max_batch=128)
+    predictor.start()
+    try:
+        assert_eventually(lambda: len(server.answered) == 2)
+    finally:
+        predictor.stopping.set()
+        predictor.join(2)
+    np.testing.assert_array_equal(buffers.entry_state[0], 0.0)          # an episode began: from zero
+    np.testing.assert_array_equal(buffers.entry_state[1], before[1])    # carried on
+    with torch.no_grad():
+        for agent in (0, 1):
+            entry = torch.from_numpy(buffers.entry_state[agent:agent + 1].copy())
+            _, value, (h, c) = model.step(torch.from_numpy(buffers.obs[agent:agent + 1, 0, 3]),
+                                          (entry[:, 0], entry[:, 1]), torch.zeros(1, dtype=torch.bool))
+            np.testing.assert_allclose(buffers.state[agent, 0], h[0].numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(buffers.state[agent, 1], c[0].numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(buffers.answer_value[agent], value[0].item(), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(buffers.state[2:], 1.0)   # other agents untouched (zeros)
+    np.testing.assert_array_equal(buffers.state[2:], 0.0)
+
+
+def test_a_feed_forward_net_has_no_recurrent_fields():
+    buffers = FakeServer().buffers
+    assert not buffers.recurrent and buffers.state.size == buffers.start_state.size == buffers.starts.size == 0
+

@@ -58,6 +58,10 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
         rewards = np.zeros(t_max, np.float32)
         obs, _ = env.reset(seed=seed)
         score, episode_steps = 0.0, 0
+        # A recurrent net carries its state across steps and rollouts; each rollout trains by an unroll from
+        # the state it began with (zeroed where an episode begins), as GA3C's learner does.
+        recurrent = hasattr(local, "initial_state")
+        state, new_episode = (local.initial_state(1) if recurrent else None), True
         events.put(("ready", index, None))
         while not control[0]:
             if os.getppid() != parent:
@@ -68,11 +72,18 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
             row[S["sync_seconds"]] += time.perf_counter() - start
             forward_seconds = env_seconds = 0.0
             length, terminal, episode_over = 0, False, False
+            starts = torch.zeros(t_max + 1, 1, dtype=torch.bool)
+            starts[0] = new_episode
+            start_state = tuple(x.clone() for x in state) if recurrent else None
             while length < t_max:
                 obs_buffer[length] = obs
                 t0 = time.perf_counter()
                 with torch.inference_mode():
-                    logits, _ = local(torch.from_numpy(obs_buffer[length:length + 1]))
+                    if recurrent:
+                        logits, _, state = local.step(torch.from_numpy(obs_buffer[length:length + 1]), state,
+                                                      starts[length])
+                    else:
+                        logits, _ = local(torch.from_numpy(obs_buffer[length:length + 1]))
                     action = int(torch.multinomial(torch.softmax(logits.float(), -1), 1))
                 t1 = time.perf_counter()
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -92,6 +103,7 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
             row[S["forwards"]] += length
             row[S["forward_seconds"]] += forward_seconds
             row[S["env_seconds"]] += env_seconds
+            new_episode = episode_over
             if episode_over:
                 events.put(("episode", score, episode_steps))
                 row[S["episodes"]] += 1
@@ -100,7 +112,12 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
             # One forward pass over the rollout and the state after it: the policy and values to train, and
             # the bootstrap V(s_{t+n}) from the same (pre-update) copy, as Mnih et al. compute it.
             start = time.perf_counter()
-            logits, values = local(torch.from_numpy(obs_buffer[:length + 1]))
+            if recurrent:
+                logits, values, _ = local(torch.from_numpy(obs_buffer[:length + 1]).unsqueeze(1), start_state,
+                                          starts[:length + 1])
+                logits, values = logits[:, 0], values[:, 0]
+            else:
+                logits, values = local(torch.from_numpy(obs_buffer[:length + 1]))
             bootstrap = 0.0 if terminal else float(values[length].detach())
             if lam < 1.0:  # lambda-returns from the values of the same copy (GA3C: of the acting forward pass)
                 returns = discounted_returns(rewards[:length], bootstrap, gamma,
