@@ -157,5 +157,5 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     assert list((tmp_path / "wandb").glob("offline-run-*")), "the suite's W&B run"
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)   # resumes: runs nothing
     assert again.returncode == 0 and "not run again" in (tmp_path / "cue" / "learncurve.log").read_text()
-    assert "random play" not in again.stdout + again.stderr and "evaluating" not in again.stdout + again.stderr
+    assert ": random play, " not in again.stdout + again.stderr and "evaluating" not in again.stdout + again.stderr
     assert_no_leftovers(str(tmp_path))

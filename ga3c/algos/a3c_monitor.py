@@ -30,7 +30,7 @@ class A3CMonitor:
         self.score_window = ScoreWindow(int(cfg.log.score_window), cfg.get("stop_score"), self.wall_seconds)
         self.score_window.load_state_dict(run_state.get("score_window", {}))   # a resumed run's episodes
         self.finished = False  # once the agents stopped, produced but untrained steps count as discarded
-        self.outputs = RunOutputs(output_dir, bool(cfg.log.progress), "a3c")
+        self.outputs = RunOutputs(output_dir, bool(cfg.log.get("progress", True)), "a3c")
         self.wandb_run = None
         self.start()
 
