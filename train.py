@@ -35,6 +35,7 @@ def run(cfg: DictConfig) -> float:
         from ga3c.runtime import quiet_libraries
 
         quiet_libraries()
+        write_run_manifest(cfg)
         summary = train(cfg)
     except ConfigError as error:  # bad input: a message naming the problem, no traceback
         print(f"ga3c: error: {error}", file=sys.stderr)
@@ -49,6 +50,19 @@ def run(cfg: DictConfig) -> float:
         print(f"ga3c: error: {error}", file=sys.stderr)
         sys.exit(1)
     return float(summary.get(cfg.get("objective", "score_mean_100"), float("nan")))  # for Optuna sweeps
+
+
+def write_run_manifest(cfg: DictConfig) -> None:
+    """OUTPUT_DIR/manifest.json: the command, commit and host this run was made with (studies cite it)."""
+    from pathlib import Path
+
+    from ga3c.tools.manifest import write_manifest
+
+    try:
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        write_manifest(Path(cfg.output_dir), "train.py")
+    except OSError as error:  # the run's own checks report an unwritable directory
+        log.warning("manifest.json not written: %s", error)
 
 
 def check_run_dir_override(argv: list[str]) -> None:

@@ -33,7 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
-from ga3c.tools.runs import columns, pyplot, read_metrics, read_summary
+from ga3c.tools.runs import columns, pyplot, read_json, read_metrics, read_summary
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -351,7 +351,10 @@ def main(cfg: DictConfig) -> None:
     paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
     from ga3c.tools.manifest import write_manifest
 
+    run_commits = {arm: {seed: (read_json(run_dir / "manifest.json") or {}).get("commit")
+                         for seed, run_dir in seeds_.items()} for arm, seeds_ in runs.items()}
     paths["manifest"] = write_manifest(out, "ga3c.tools.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
+                                       run_commits=run_commits,
                                        minutes=float(minutes), frames_per_second={
                                            arm: {seed: s["fps"] for seed, s in data["seeds"].items()}
                                            for arm, data in results["arms"].items()})

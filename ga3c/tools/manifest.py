@@ -60,7 +60,8 @@ def manifest(tool: str, argv: list[str] | None = None, **extra) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     commit = _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
-    return dict(tool=tool, command=f"python -m {tool} " + shlex.join(argv),
+    prefix = f"python {tool}" if tool.endswith(".py") else f"python -m {tool}"
+    return dict(tool=tool, command=f"{prefix} " + shlex.join(argv),
                 commit=commit, uncommitted_changes=bool(dirty) if dirty is not None else None,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 host=host(), **extra)

@@ -93,7 +93,16 @@ def user_overrides() -> list[str]:
 
 def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
     return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
-            *user_overrides(), f"wandb.group=suite-{Path(cfg.output_dir).name}", f"hydra.run.dir={out}"]
+            *user_overrides(), f"wandb.group=suite-{Path(cfg.output_dir).name}", f"hydra.run.dir={relative(out)}"]
+
+
+def relative(path: Path) -> str:
+    """A path relative to the repository (where learncurve runs its commands) when it is under it: manifests
+    then name no machine's absolute paths."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def evaluate(run_dir: Path, episodes: int, wandb_mode: str) -> dict | None:
