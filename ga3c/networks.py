@@ -29,6 +29,19 @@ def orthogonal_init(model: nn.Module) -> None:
     nn.init.orthogonal_(model.value.weight, 1.0)
 
 
+def conv_torso(obs_shape: Sequence[int], channels: Sequence[int], kernels: Sequence[int],
+               strides: Sequence[int]) -> tuple[nn.Sequential, int]:
+    """Conv layers with ReLUs on uint8 frames (the first scales them to [0, 1]), flattened; and its output size."""
+    layers, in_ch = [], obs_shape[0]
+    for out_ch, k, s in zip(channels, kernels, strides):
+        layers += [(InputScaledConv2d if not layers else nn.Conv2d)(in_ch, out_ch, k, s), nn.ReLU()]
+        in_ch = out_ch
+    torso = nn.Sequential(*layers, nn.Flatten())
+    with torch.no_grad():
+        flat = torso(torch.zeros(1, *obs_shape)).shape[1]
+    return torso, flat
+
+
 class ConvActorCritic(nn.Module):
     """Conv torso on stacked uint8 frames (scaled to [0, 1] in the first conv), one hidden layer, two heads."""
 
@@ -40,13 +53,7 @@ class ConvActorCritic(nn.Module):
         if len(obs_shape) != 3:
             raise ValueError(f"a conv net needs image observations (C, H, W), got shape {tuple(obs_shape)}; "
                              "use net=mlp for vector observations")
-        layers, in_ch = [], obs_shape[0]
-        for out_ch, k, s in zip(channels, kernels, strides):
-            layers += [(InputScaledConv2d if not layers else nn.Conv2d)(in_ch, out_ch, k, s), nn.ReLU()]
-            in_ch = out_ch
-        self.torso = nn.Sequential(*layers, nn.Flatten())
-        with torch.no_grad():
-            flat = self.torso(torch.zeros(1, *obs_shape)).shape[1]
+        self.torso, flat = conv_torso(obs_shape, channels, kernels, strides)
         self.hidden = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, num_actions)
         self.value = nn.Linear(hidden, 1)
@@ -110,13 +117,7 @@ class RecurrentActorCritic(nn.Module):
         if init not in ("orthogonal", "torch"):
             raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
         if len(obs_shape) == 3:
-            layers, in_ch = [], obs_shape[0]
-            for out_ch, k, s in zip(channels, kernels, strides):
-                layers += [(InputScaledConv2d if not layers else nn.Conv2d)(in_ch, out_ch, k, s), nn.ReLU()]
-                in_ch = out_ch
-            self.torso = nn.Sequential(*layers, nn.Flatten())
-            with torch.no_grad():
-                flat = self.torso(torch.zeros(1, *obs_shape)).shape[1]
+            self.torso, flat = conv_torso(obs_shape, channels, kernels, strides)
             self.embed = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU())
         elif len(obs_shape) == 1:
             self.torso = nn.Identity()
