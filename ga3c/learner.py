@@ -144,7 +144,7 @@ class Learner(pl.LightningModule):
     @classmethod
     def from_config(cls, model: nn.Module, learner_cfg, counters=None) -> "Learner":
         """The learner a config's `learner:` section describes (conf/config.yaml): `optimizer` is built by Hydra,
-        every other key is a keyword of __init__ of the same name (ga3c/config.py's schema admits no other)."""
+        every other key is a keyword of __init__ of the same name (ga3c/schema.py's Learner admits no other)."""
         from hydra.utils import instantiate
         from omegaconf import OmegaConf
 

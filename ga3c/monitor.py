@@ -196,6 +196,7 @@ class Monitor(pl.Callback):
         updates = snap["updates"] - last["updates"]
         score_mean, length_mean = self.score_window.means()
         m = {
+            **server.counters.state_dict(),   # first: the snapshot's values below win over the live counters
             "frames": snap["frames"], "episodes": server.counters["episodes"], "updates": snap["updates"],
             "wall_seconds": self.wall_offset + elapsed,
             "fps": rate("frames"), "pps": rate("predictions"), "tps": rate("updates"),
@@ -215,8 +216,7 @@ class Monitor(pl.Callback):
             "agents": server.counts[0], "predictors": server.counts[1], "trainers": server.counts[2],
             "seconds_to_stop_score": self.score_window.seconds_to_stop_score,
             "lr": self._learning_rate(),
-            **server.counters.state_dict(),
-            "produced_steps": server.produced_steps(), "frames": snap["frames"],
+            "produced_steps": server.produced_steps(),
         }
         for key, value in learner.last_metrics.items():
             m[f"loss/{key}" if key in ("loss", "policy_loss", "value_loss", "entropy") else key] = float(value)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import os
 import subprocess
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from ga3c.config import (PRECISIONS, REQUIRED, SECTIONS, TRAINER, ConfigError, trainer_keywords,
-                         has_cuda_gpu, spec_for, validate)
+from ga3c.config import ConfigError, has_cuda_gpu, validate
+from ga3c import schema
+from ga3c.schema import (PRECISIONS, Allowed, Trainer, field_for, fields, import_target,
+                         parameters, required_keys, trainer_keywords, unpack)
 
 from helpers import CONF, GAMES, NETS, REPO, compose_config, processes_with, train_command
 
@@ -64,6 +68,30 @@ def wrong_types(value) -> list:
     return [{"x": 1}] + (by_type[type(value)] if value is not None else [])
 
 
+def out_of_range(field) -> list:
+    """Values of the right type that the schema's field still refuses, read from its constraints (ge, le, gt,
+    lengths, options) and its Allowed marker (bad formats)."""
+    kinds, metadata, _ = unpack(field)
+    bad = [value for m in metadata if isinstance(m, Allowed) for value in m.invalid]
+    bounds = {name: getattr(m, name) for m in metadata for name in ("ge", "le", "gt", "min_length") if hasattr(m, name)}
+    kind = kinds[0] if len(kinds) == 1 else None
+    if typing.get_origin(kind) is typing.Literal and all(isinstance(o, str) for o in typing.get_args(kind)):
+        bad.append("no-such-option")
+    elif kind in (int, float):
+        if "gt" in bounds:
+            bad += [bounds["gt"], bounds["gt"] - 1]
+        bad += [bounds["ge"] - 1] if "ge" in bounds else []
+        bad += [bounds["le"] + 1] if "le" in bounds else []
+        bad += [math.inf] if kind is float and not bounds else []
+    elif typing.get_origin(kind) is list:
+        from pydantic.fields import FieldInfo
+
+        item_bad = out_of_range(FieldInfo.from_annotation(typing.get_args(kind)[0]))
+        bad += [[item_bad[0]] * max(bounds.get("min_length", 0), 1)] if item_bad else []
+        bad += [[]] if bounds.get("min_length", 0) > 0 else []
+    return bad
+
+
 def generated_cases() -> list[tuple]:
     """(composition, key, bad value, why) for every leaf key, each key and value type once."""
     cases, seen = [], set()
@@ -73,9 +101,9 @@ def generated_cases() -> list[tuple]:
                 continue
             seen.add((key, type(value)))
             cases += [(name, key, bad, "wrong type") for bad in wrong_types(value)]
-            spec = spec_for(tree, key)
-            if spec is not None:
-                cases += [(name, key, bad, "out of range") for bad in spec.bad]
+            field = field_for(key, tree)
+            if field is not None:
+                cases += [(name, key, bad, "out of range") for bad in out_of_range(field)]
     return cases
 
 
@@ -89,14 +117,15 @@ def test_every_composition_is_valid_as_it_comes(name):
 
 def test_every_leaf_key_has_a_schema_entry():
     for name, tree in COMPOSITIONS.items():
-        unknown = [key for key, _ in leaves(tree) if spec_for(tree, key) is None and key not in SECTIONS]
-        assert not unknown, f"{name}: keys without a schema entry in ga3c/config.py: {unknown}"
+        unknown = [key for key, _ in leaves(tree) if field_for(key, tree) is None]
+        assert not unknown, f"{name}: keys without a field in ga3c/schema.py: {unknown}"
 
 
 def test_cases_cover_every_key():
     keys = {key for tree in COMPOSITIONS.values() for key, _ in leaves(tree)}
     assert keys == {key for _, key, _, _ in CASES}
     assert len(keys) > 100, len(keys)
+    assert sum(why == "out of range" for *_, why in CASES) > 150   # the constraints are read, not skipped
 
 
 @pytest.mark.parametrize("name, key, bad, why", CASES, ids=[f"{k}={v!r}" for _, k, v, _ in CASES])
@@ -108,7 +137,7 @@ def test_a_bad_value_of_any_key_gets_one_line_naming_it(name, key, bad, why):
     assert "\n" not in message and len(message) < 400, message
 
 
-@pytest.mark.parametrize("key", REQUIRED)
+@pytest.mark.parametrize("key", required_keys())
 def test_a_missing_key_is_named(key):
     tree = copy.deepcopy(COMPOSITIONS["game=pong net=small"])
     *parents, last = key.split(".")
@@ -216,17 +245,15 @@ def test_the_trainer_keywords_are_lightnings():
     import pytorch_lightning as pl
 
     params = {p for p in inspect.signature(pl.Trainer.__init__).parameters if p != "self"}
-    assert set(TRAINER) <= params and trainer_keywords() == params
+    assert set(fields(Trainer)) <= params and trainer_keywords() == params
     annotation = str(inspect.signature(pl.Trainer.__init__).parameters["precision"].annotation)
     assert all(f"'{p}'" in annotation for p in PRECISIONS if p != "auto"), annotation
 
 
 def test_the_typed_keywords_are_the_classes_own():
     """NETS and OPTIMIZERS spare validation the import of torch; their keys must be real keywords."""
-    from ga3c.config import NETS, OPTIMIZERS, _import, _parameters
-
-    for target, specs in {**NETS, **OPTIMIZERS}.items():
-        missing = set(specs) - _parameters(_import(target, "_target_"))
+    for target, model in {**schema.NETS, **schema.OPTIMIZERS}.items():
+        missing = {k for k in fields(model) if not k.startswith("_")} - parameters(import_target(target))
         assert not missing, f"{target} has no keyword(s) {sorted(missing)}"
 
 
