@@ -12,8 +12,8 @@ Lightning-format checkpoint (`checkpoints/last.ckpt`) that `Learner` and a GA3C 
 
 One file per role:
     a3c.py          this run: builds the pieces, watches the agents, checkpoints, stops
-    a3c_worker.py   the agent processes (the loop each runs) and the main process's handle on them
-    a3c_shared.py   the shared model and optimizer statistics, and their checkpoints
+    a3c_agent.py    the agent processes (the loop each runs) and the main process's handle on them
+    a3c_model.py    the shared model and optimizer statistics, and their checkpoints
     a3c_monitor.py  rates, counters, summary.json, metrics.jsonl, W&B, the progress line
 """
 from __future__ import annotations
@@ -105,6 +105,8 @@ class A3CRun(RunControl):
                          self.monitor.score_window.state_dict())
 
     def _periodic_checkpoint(self) -> None:
+        """GA3C's checkpoints in name and number (step=N.ckpt, checkpoint.keep of them, last.ckpt). By hand:
+        Lightning's ModelCheckpoint saves from a Trainer's loop, and Hogwild A3C has no Trainer."""
         step = self.monitor.updates(self.agents.snapshot())
         self.save_checkpoint(f"step={step}.ckpt")
         self.save_checkpoint("last.ckpt")
