@@ -1,6 +1,8 @@
 """Config composition for every game x net, and the checks that turn bad values into clear messages."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -11,13 +13,20 @@ from ga3c.networks import build_network
 from helpers import GAMES, NETS, compose_config
 
 
+@functools.cache
+def game_spec(game: str) -> tuple:
+    """(observation shape, action count) of a game's real env: made once per game, not once per net."""
+    obs_shape, _, num_actions = env_spec(OmegaConf.to_container(compose_config(f"game={game}").game))
+    return obs_shape, num_actions
+
+
 @pytest.mark.parametrize("game", GAMES)
 @pytest.mark.parametrize("net", NETS)
 def test_every_game_and_net_composes(game, net):
     cfg = compose_config(f"game={game}", f"net={net}")
     validate(cfg)
     assert cfg.game.name == game
-    obs_shape, _, num_actions = env_spec(OmegaConf.to_container(cfg.game))
+    obs_shape, num_actions = game_spec(game)
     if net != "lstm" and (len(obs_shape) == 1) != (net == "mlp"):   # lstm takes images and vectors
         with pytest.raises(ConfigError, match="net="):  # a conv net on vectors, or an MLP on frames
             build_network(cfg.net, obs_shape, num_actions)
