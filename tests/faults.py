@@ -1,15 +1,12 @@
-"""Fault injection for the reliability tests, loaded by the run itself through ordinary config:
-`game.id=tests.faults:Faulty-v0` (gymnasium imports the module, which registers the env) and
-`net._target_=tests.faults.RaisingNet` / `tests.faults.NaNNet` (Hydra instantiates any importable class)."""
+"""Faulty envs for the reliability and probe tests, loaded by the run itself through ordinary config:
+`game.id=tests.faults:Faulty-v0` (gymnasium imports the module, which registers the env). Free of torch: every
+agent process imports it (the faulty nets, which the learner alone builds, are in tests/fault_nets.py)."""
 from __future__ import annotations
 
 import os
 
 import gymnasium as gym
 import numpy as np
-import torch
-
-from ga3c.networks import MLPActorCritic
 
 
 class Faulty(gym.Env):
@@ -40,37 +37,6 @@ class Faulty(gym.Env):
 
 
 gym.register("Faulty-v0", entry_point=Faulty)
-
-
-class RaisingNet(MLPActorCritic):
-    """Raises in the predictor's forward pass (inference) after `after` calls."""
-
-    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 200):
-        super().__init__(obs_shape, num_actions, hidden)
-        self.calls, self.after = 0, after
-
-    def forward(self, obs):
-        if torch.is_inference_mode_enabled():
-            self.calls += 1
-            if self.calls > self.after:
-                raise RuntimeError("injected predictor fault")
-        return super().forward(obs)
-
-
-class NaNNet(MLPActorCritic):
-    """Returns NaN values in training forward passes after `after` of them."""
-
-    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 50):
-        super().__init__(obs_shape, num_actions, hidden)
-        self.calls, self.after = 0, after
-
-    def forward(self, obs):
-        logits, values = super().forward(obs)
-        if torch.is_grad_enabled():
-            self.calls += 1
-            if self.calls > self.after:
-                values = values * float("nan")
-        return logits, values
 
 
 class OneStepLate(gym.Wrapper):
@@ -106,3 +72,4 @@ def _late(part: str):
 
 for _part in ("obs", "reward", "action"):
     gym.register(f"CueLate{_part.title()}-v0", entry_point=_late(_part))
+

@@ -24,6 +24,15 @@ def test_net_lstm_learns_the_recall_probe_and_the_feed_forward_net_cannot(tmp_pa
               "wandb.mode=disabled", timeout=240)
     summary = read_summary(tmp_path / "lstm")
     assert summary["score_mean_100"] >= 3.8 and summary["stop_reason"].startswith("score_mean_100 reached"), summary
+    # Resumed from its checkpoint, the recurrent net goes on remembering: over 300+ new episodes (about 3 score
+    # windows; a net that lost its weights or its state handling drops to chance, 1) and on the checkpoint's counts.
+    resumed = tmp_path / "lstm-resumed"
+    run_train(resumed, "game=cue", RECALL, "net=lstm", f"ckpt_path={tmp_path / 'lstm' / 'checkpoints' / 'last.ckpt'}",
+              f"max_frames={summary['frames'] + 10_000}", "wandb.mode=disabled", timeout=240)
+    again = read_summary(resumed)
+    assert again["status"] == "finished" and again["frames"] >= summary["frames"] + 10_000, again
+    assert again["episodes"] - summary["episodes"] >= 300, (summary["episodes"], again["episodes"])
+    assert again["score_mean_100"] >= 3.5, again
     run_train(tmp_path / "ff", "game=cue", RECALL, "max_frames=30000", "wandb.mode=disabled", timeout=240)
     assert read_summary(tmp_path / "ff")["score_mean_100"] < 1.6   # chance: the cue has left the frame stack
     assert_no_leftovers(str(tmp_path / "lstm"))

@@ -95,7 +95,7 @@ def test_env_exception_in_an_agent_is_logged_and_the_agent_replaced(tmp_path):
 
 @pytest.mark.slow
 def test_predictor_exception_stops_the_run_with_the_error_and_a_checkpoint(tmp_path):
-    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.RaisingNet", "~net.init",
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.fault_nets.RaisingNet", "~net.init",
                        "+net.after=300", "max_frames=null", "wandb.mode=offline", check=False, timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "predictor-0 raised" in result.stderr and "injected predictor fault" in result.stderr + result.stdout
@@ -108,7 +108,7 @@ def test_predictor_exception_stops_the_run_with_the_error_and_a_checkpoint(tmp_p
 
 @pytest.mark.slow
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
-    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.faults.NaNNet", "~net.init", "+net.after=400",
+    result = run_train(tmp_path, "game=cartpole", "net._target_=tests.fault_nets.NaNNet", "~net.init", "+net.after=400",
                        "checkpoint.every_minutes=0.01", "max_frames=null", "wandb.mode=disabled", check=False,
                        timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -346,7 +346,7 @@ STAGES = {  # stage: (extra overrides, what train() raises, message)
     "trainer": ([], "ConfigError", "trainer: Lightning refused the settings: injected"),
     "wandb": ([], "RunFailed", "injected W&B fault"),
     "agents": ([], "RunFailed", "injected start fault"),
-    "thread": (["net._target_=tests.faults.RaisingNet", "~net.init", "+net.after=30", "max_frames=null"],
+    "thread": (["net._target_=tests.fault_nets.RaisingNet", "~net.init", "+net.after=30", "max_frames=null"],
                "RunFailed", "predictor-0 raised"),
     "disk full": ([], "RunFailed", "No space left on device"),
     "final checkpoint": ([], "RunFailed", "the final checkpoint could not be written: .*No space left"),

@@ -170,7 +170,7 @@ def test_messages_name_the_key_the_value_and_what_is_allowed():
     ["trainer.max_time=00:00:01:00"], ["trainer.max_time={minutes:5}"], ["trainer.precision=16"],
     ["trainer.precision=bf16-mixed"], ["trainer.devices=[0]"], ["+trainer.max_steps=100"],
     ["+trainer.deterministic=warn"], ["game=cartpole", "+learner.optimizer.weight_decay=0.01"], ["wandb.tags=[a,b]"],
-    ["game=cartpole", "game.id=Acrobot-v1"], ["game=cartpole", "net._target_=tests.faults.RaisingNet", "~net.init",
+    ["game=cartpole", "game.id=Acrobot-v1"], ["game=cartpole", "net._target_=tests.fault_nets.RaisingNet", "~net.init",
                                               "+net.after=300"],
 ])
 def test_good_values_pass(overrides):
@@ -197,8 +197,8 @@ def test_good_values_pass(overrides):
     (["trainer.accelerator=tpu"], ["trainer.accelerator", "cpu"]),
     (["trainer.precision=bf17"], ["trainer.precision", "bf16-mixed"]),
     (["+trainer.strategy=ddp"], ["trainer.strategy", "one model in one process"]),
-    (["game=cartpole", "net._target_=tests.faults.RaisingNet", "+net.after=300"],
-     ["net.init is not a keyword of tests.faults.RaisingNet"]),
+    (["game=cartpole", "net._target_=tests.fault_nets.RaisingNet", "+net.after=300"],
+     ["net.init is not a keyword of tests.fault_nets.RaisingNet"]),
     (["net._target_=nosuch.Net"], ["net._target_ 'nosuch.Net' cannot be imported", "nosuch"]),
     (["game=cartpole", "game.frame_skip=4"], ["game.frame_skip must be 1"]),
     (["game=cartpole", "+game.frame_stack=4"], ["game.frame_stack applies to Atari games only"]),
