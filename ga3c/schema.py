@@ -290,6 +290,7 @@ class OptimizerNode(TargetNode):
 
 
 class RMSpropTF(OptimizerNode):
+    """The paper's RMSProp (TensorFlow 1's form; ga3c/learner.py): torch RMSprop's keywords without the flags."""
     lr: Positive
     alpha: Fraction = None
     eps: NonNegative = None
@@ -303,11 +304,7 @@ class TorchFlags(OptimizerNode):
     differentiable: Any = None
 
 
-class RMSprop(TorchFlags):
-    lr: Positive
-    alpha: Fraction = None
-    eps: NonNegative = None
-    momentum: Fraction = None
+class RMSprop(RMSpropTF, TorchFlags):
     weight_decay: NonNegative = None
     centered: bool = None
 
