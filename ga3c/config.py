@@ -135,16 +135,15 @@ def _schema_keys() -> list[str]:
 def _failure(tree: dict, error: dict, prefix: str = "") -> ConfigError:
     """One line for pydantic's first error: the key (a list's item or a union's branch names its key), the value
     given and what the key allows."""
-    loc = [str(part) for part in error["loc"]]
+    loc = [prefix] * bool(prefix) + [str(part) for part in error["loc"]]
     kind = error["type"]
-    key = prefix
-    for part in loc:   # the longest run of names that is a key of ours
-        candidate = f"{key}.{part}" if key else part
-        if field_for(candidate, tree) is None and kind != "extra_forbidden":
-            break
-        key = candidate
-        if kind == "extra_forbidden" and candidate == ".".join([prefix, *loc] if prefix else loc):
-            break
+    key = ".".join(loc)   # a missing or unknown key is named whole; a bad value by its key, not by the list
+    if kind not in ("missing", "extra_forbidden"):   # item or the union branch that pydantic adds to the path
+        key = loc[0]
+        for part in loc[1:]:
+            if field_for(f"{key}.{part}", tree) is None:
+                break
+            key = f"{key}.{part}"
     if kind == "missing":
         return ConfigError(f"{key} is missing: every run needs it (conf/config.yaml defines it)")
     if kind == "extra_forbidden":
