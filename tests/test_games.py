@@ -115,6 +115,10 @@ def test_a_game_row_holds_anchors_thresholds_scores_at_minutes_and_normalised_sc
     table = markdown([row], "t", [15, 30, 60], 30)
     assert "| g | 2 | 10.0 | 110.0 | 40.0 | 80.0 | 10.0 | 37.5 | 55.0 |" in table
     assert "CPU A3C's four-day score within the budget: 1 of 1" in table
+    assert "Hosts (minutes and frames/s depend on the CPU; frames do not): host not recorded (g)." in table
+    assert "that many frames take: g 11.1 h" in table   # 40 M frames at 1,000 frames/s, A2C's anchor not reached
+    row["host"] = dict(cpu_model="AMD EPYC 7B13", cores=2, native_bf16=False)
+    assert "AMD EPYC 7B13, 2 cores, no native bf16 (g)" in markdown([row], "t", [15, 30, 60], 30)
 
 
 def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):
@@ -154,6 +158,7 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     assert manifest["command"].startswith("python -m ga3c.tools.suite ") and "games=[cartpole,cue]" in manifest["command"]
     assert manifest["games"] == ["cartpole", "cue"]
     assert {"cpu_model", "cores", "native_bf16", "torch"} <= set(manifest["host"]) and manifest["commit"]
+    assert f"{manifest['host']['cpu_model']}, {manifest['host']['cores']} cores" in (tmp_path / "suite.md").read_text()
     assert list((tmp_path / "wandb").glob("offline-run-*")), "the suite's W&B run"
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)   # resumes: runs nothing
     assert again.returncode == 0 and "not run again" in (tmp_path / "cue" / "learncurve.log").read_text()

@@ -143,8 +143,9 @@ def _median(values: list[float]) -> float:
 
 
 def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict[int, dict | None],
-             minutes_at: list[float]) -> dict:
-    """One game's figures: medians over its seeds, a never-reached threshold counted as slowest."""
+             minutes_at: list[float], host: dict | None = None) -> dict:
+    """One game's figures: medians over its seeds, a never-reached threshold counted as slowest. `host`: the
+    machine the runs were made on (their learncurve manifest), since the minutes depend on its CPU."""
     anchors = {k: v for k, v in (game.get("anchors") or {}).items() if v is not None}
     thresholds = sorted(float(t) for t in (game.get("thresholds") or []))
     targets = {**{f"{t:g}": t for t in thresholds}, **{ANCHORS.get(k, k): float(v) for k, v in anchors.items()
@@ -185,7 +186,15 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
         row[f"beat_{key}"] = (bool(math.isfinite(row["reach"][ANCHORS[key]][0])) if key in anchors and seeds
                               else None)
     row["curves"] = {seed: s["curve"] for seed, s in seeds.items()}
+    row["host"] = host
     return row
+
+
+def _host_name(host: dict | None) -> str:
+    if not host:
+        return "host not recorded"
+    bf16 = "native bf16" if host.get("native_bf16") else "no native bf16"
+    return f"{host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, {bf16}"
 
 
 def _num(value: float, digits: int = 1) -> str:
@@ -218,6 +227,16 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
             thresholds, {True: "yes", False: "no", None: "—"}[r["left_random"]]]) + " |")
     beat_a3c = [r for r in rows if r["beat_a3c_4days"] is not None]
     beat_a2c = [r for r in rows if r["beat_a2c_40m"] is not None]
+    hosts: dict[str, list[str]] = {}
+    for r in rows:
+        hosts.setdefault(_host_name(r.get("host")), []).append(r["game"])
+    lines += ["", "Hosts (minutes and frames/s depend on the CPU; frames do not): " + "; ".join(
+        f"{name} ({', '.join(games)})" for name, games in hosts.items()) + "."]
+    slow = [r for r in rows if r["beat_a2c_40m"] is False and r["fps"] == r["fps"] and r["fps"] > 0]
+    if slow:   # where the time goes: A2C's anchor is a frame count, ours a wall-clock budget
+        lines += ["", "A2C's anchor is its score after 40 M frames; at each run's frames/s that many frames take: "
+                  + "; ".join(f"{r['game']} {40e6 / r['fps'] / 3600:.1f} h ({_num(r['frames'] / 1e6, 1)} M in "
+                              f"{_num(r['minutes'], 0)} min)" for r in slow) + "."]
     lines += ["", f"Beat CPU A3C's four-day score within the budget: {sum(r['beat_a3c_4days'] for r in beat_a3c)} "
               f"of {len(beat_a3c)} games run; A2C's 40 M-frame score: {sum(r['beat_a2c_40m'] for r in beat_a2c)} of "
               f"{len(beat_a2c)}; left random play (final rolling-100 at least 10 % of the way from random to CPU "
@@ -346,7 +365,8 @@ def main(cfg: DictConfig) -> None:
         evals = {seed: evaluate(run_dir, int(cfg.suite.eval_episodes), str(cfg.wandb.mode))
                  for seed, run_dir in runs.items()
                  if learncurve.finished(run_dir, float(cfg.minutes)) and int(cfg.suite.eval_episodes) > 0}
-        rows.append(game_row(game, random, runs, evals, minutes_at))
+        host = (read_json(game_out / "manifest.json") or {}).get("host")   # learncurve's: where the runs ran
+        rows.append(game_row(game, random, runs, evals, minutes_at, host))
         title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
         paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))  # after every game
     from ga3c.tools.manifest import write_manifest
