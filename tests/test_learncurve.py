@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
-from helpers import REPO, assert_no_leftovers
+from ga3c.config import validate
+from helpers import CONF, REPO, assert_no_leftovers, compose_config
 from ga3c.tools.learncurve import (analyze, finished, first_reach, markdown, max_time, median, median_curve,
                              move_aside)
 
@@ -138,3 +140,14 @@ def test_interrupting_the_study_stops_its_run_and_starts_no_other(tmp_path):
     assert kept["stop_reason"] == "SIGINT"
     assert json.loads((out / "ga3c" / "seed0" / "summary.json").read_text())["stop_reason"] == "trainer.max_time"
     assert_no_leftovers(str(tmp_path))
+
+
+def test_every_arm_in_conf_makes_a_valid_train_config():
+    """An arm is a list of train.py overrides (conf/learncurve.yaml): each composes and validates, so a typo in one
+    fails here, not an hour into a study."""
+    arms = OmegaConf.load(CONF / "learncurve.yaml").learncurve.arm_overrides
+    assert {"ga3c", "a3c", "lstm_stack1", "small_stack1"} <= set(arms)
+    for arm, overrides in arms.items():
+        cfg = compose_config("game=pong", *overrides)
+        validate(cfg)
+        assert cfg.game.name == "pong", arm
