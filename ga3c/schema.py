@@ -65,7 +65,8 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 Text = _string(None, "a string")
 PathText = _string(r"^[^\x00]*$", "a path")
 Name = _string(r"^[\w.-]+$", "a name of letters, digits, '_', '.' or '-'", ("a b/c",))
-Target = _string(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", "a dotted import path (package.module.Class)",
+TARGET_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
+Target = _string(TARGET_PATTERN, "a dotted import path (package.module.Class)",
                  ("not a class",))
 # W&B refuses these characters in project, entity and run ids; tags are 1-64 characters.
 WandbName = _string(r"^[^/\\#?%:]+$", "a string without / \\ # ? % :", ("a/b",), max_length=128)
@@ -526,7 +527,7 @@ def field_for(key: str, tree: dict | None = None) -> FieldInfo | None:
             return fields(model).get(name)
         common = fields(OptimizerNode if section == "learner.optimizer" else TargetNode)
         if name in common or name.startswith("_") or not isinstance(target, str) or not re.match(
-                r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", target):
+                TARGET_PATTERN, target):
             return common.get(name)
         try:
             return ANYTHING if name in parameters(import_target(target)) else None
