@@ -140,6 +140,27 @@ def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
     return predicate()
 
 
+def leaked_shm_segments(before: set[str], timeout: float = 10.0) -> list[str]:
+    """Segments that appeared in /dev/shm since `before`, that no other live process maps and that are still there
+    after `timeout`: left behind (by this process too: its own mappings excuse nothing). Another run's segments
+    (tests run side by side under pytest-xdist) are mapped by its processes, or unlinked by its shutdown within
+    the timeout, so they do not count."""
+    def unmapped() -> list[str]:
+        mapped = set()
+        for maps in Path("/proc").glob("[0-9]*/maps"):
+            if maps.parent.name == str(os.getpid()):
+                continue
+            try:
+                mapped |= {line.rsplit("/dev/shm/", 1)[1].split()[0] for line in maps.read_text().splitlines()
+                           if "/dev/shm/" in line}
+            except (OSError, IndexError):
+                continue
+        return sorted(set(os.listdir("/dev/shm")) - before - mapped)
+
+    wait_until(lambda: not unmapped(), timeout)
+    return unmapped()
+
+
 def assert_no_leftovers(marker: str, timeout: float = 10.0) -> None:
     """No process of the run marked `marker` may outlive it (give them `timeout` to exit); kill any that do."""
     wait_until(lambda: not processes_with(marker), timeout)

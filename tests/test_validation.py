@@ -22,7 +22,7 @@ from ga3c import schema
 from ga3c.schema import (PRECISIONS, Allowed, Trainer, field_for, fields, import_target,
                          parameters, required_keys, trainer_keywords, unpack)
 
-from helpers import CONF, GAMES, NETS, REPO, compose_config, processes_with, train_command
+from helpers import CONF, GAMES, NETS, REPO, compose_config, leaked_shm_segments, processes_with, train_command
 
 
 def compose_named(name: str, *overrides: str):
@@ -258,19 +258,6 @@ def test_the_typed_keywords_are_the_classes_own():
 
 
 # --- through train.py: exit code 2, one line, nothing started ---------------------------------------------
-def new_shm_segments(before: set[str]) -> list[str]:
-    """Segments that appeared in /dev/shm since `before` and that no live process maps: left behind (another
-    run's, in use by its processes, does not count)."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped |= {line.rsplit("/dev/shm/", 1)[1].split()[0] for line in maps.read_text().splitlines()
-                       if "/dev/shm/" in line}
-        except (OSError, IndexError):
-            continue
-    return sorted(set(os.listdir("/dev/shm")) - before - mapped)
-
-
 def corrupt_checkpoint(tmp_path: Path) -> str:
     path = tmp_path / "corrupt.ckpt"
     path.write_bytes(b"PK\x03\x04 this is not a checkpoint")
@@ -316,7 +303,7 @@ def test_train_py_answers_bad_input_in_one_line_with_exit_code_2(tmp_path, overr
     assert len(lines) == 1 and lines[0].startswith("ga3c: error: ") and start in lines[0], result.stderr[-3000:]
     assert "Traceback" not in result.stdout + result.stderr
     assert not processes_with(str(run_dir))
-    assert not new_shm_segments(shm_before)
+    assert not leaked_shm_segments(shm_before)
     from wandb_records import unfinished_runs
 
     assert not unfinished_runs(run_dir)
