@@ -263,15 +263,15 @@ def test_the_leak_check_sees_a_segment_nobody_unlinked_and_not_one_in_use():
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         other = theirs.stdout.readline().strip()
-        assert leaked_shm_segments(before, timeout=0.5) == [ours.name]   # ours, though still mapped here
+        assert ours.name in leaked_shm_segments(before, timeout=0.5)   # ours, though still mapped here
         ours.close()
-        assert leaked_shm_segments(before, timeout=0.5) == [ours.name]
+        assert ours.name in leaked_shm_segments(before, timeout=0.5)
         assert other not in leaked_shm_segments(before, timeout=0.5)
     finally:
         ours.unlink()
         theirs.communicate("")
         Path("/dev/shm", other).unlink(missing_ok=True)
-    assert not leaked_shm_segments(before, timeout=0.5)
+    assert ours.name not in leaked_shm_segments(before, timeout=0.5)   # (tests side by side may add theirs)
 
 
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
