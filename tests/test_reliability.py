@@ -271,7 +271,6 @@ def test_the_leak_check_sees_a_segment_nobody_unlinked_and_not_one_in_use():
         ours.unlink()
         theirs.communicate("")
         Path("/dev/shm", other).unlink(missing_ok=True)
-    assert ours.name not in leaked_shm_segments(before, timeout=0.5)   # (tests side by side may add theirs)
 
 
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
