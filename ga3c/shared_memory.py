@@ -16,12 +16,22 @@ from __future__ import annotations
 import fcntl
 import multiprocessing as mp
 import os
+import secrets
 import select
 import struct
 import termios
 from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
+
+SEGMENT_PREFIX = "ga3c_"
+
+
+def segment_name() -> str:
+    """A new segment's name says which process made it (`ga3c_<pid>_<random>`), so a leak can be told from a
+    live run's segment by looking in /dev/shm."""
+    return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+
 
 PREDICTION_REQUEST = np.dtype([("agent", "<u2"), ("generation", "<u2"), ("slot", "<u2"), ("step", "<u2")])
 ROLLOUT = np.dtype([
@@ -114,7 +124,7 @@ class SharedBuffers:
             offsets.append(size)
             size += int(np.prod(shape)) * np.dtype(dtype).itemsize
         if create:
-            self.shm = SharedMemory(create=True, size=max(size, 1))
+            self.shm = SharedMemory(create=True, size=max(size, 1), name=segment_name())
             spec["name"] = self.shm.name
         else:
             self.shm = SharedMemory(name=spec["name"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,10 +142,13 @@ def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
 
 
 def leaked_shm_segments(before: set[str], timeout: float = 10.0) -> list[str]:
-    """Segments that appeared in /dev/shm since `before`, that no other live process maps and that are still there
-    after `timeout`: left behind (by this process too: its own mappings excuse nothing). Another run's segments
-    (tests run side by side under pytest-xdist) are mapped by its processes, or unlinked by its shutdown within
-    the timeout, so they do not count."""
+    """Segments that appeared in /dev/shm since `before` and are still there after `timeout`, except another live
+    process's: one it maps, or one a live process other than this one made (ga3c names its segments
+    `ga3c_<pid>_...`). Tests run side by side under pytest-xdist, and the other worker's run may hold a segment
+    it has already unmapped but not yet unlinked. This process's own segments excuse nothing."""
+    def alive(pid: int) -> bool:
+        return pid != os.getpid() and Path(f"/proc/{pid}").exists()
+
     def unmapped() -> list[str]:
         mapped = set()
         for maps in Path("/proc").glob("[0-9]*/maps"):
@@ -155,7 +159,9 @@ def leaked_shm_segments(before: set[str], timeout: float = 10.0) -> list[str]:
                            if "/dev/shm/" in line}
             except (OSError, IndexError):
                 continue
-        return sorted(set(os.listdir("/dev/shm")) - before - mapped)
+        made_by_live = {n for n in os.listdir("/dev/shm")
+                        if (m := re.fullmatch(r"ga3c_(\d+)_[0-9a-f]+", n)) and alive(int(m.group(1)))}
+        return sorted(set(os.listdir("/dev/shm")) - before - mapped - made_by_live)
 
     wait_until(lambda: not unmapped(), timeout)
     return unmapped()

@@ -72,7 +72,7 @@ def main() -> None:
                 fds = len(os.listdir(f"/proc/{process.pid}/fd"))
             except OSError:
                 break
-            shm = len([n for n in os.listdir("/dev/shm") if n.startswith("psm_")])
+            shm = len([n for n in os.listdir("/dev/shm") if n.startswith("ga3c_")])
             summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
             by_role: dict[str, list[int]] = {"learner": [], "agent": [], "other": []}
             for pid in pids:

@@ -46,6 +46,7 @@ def test_the_learners_unroll_replays_what_the_agents_acted_through_count_changes
     another rollout; here while the auto-tuner adds and removes agents and a failed agent is replaced."""
     run_train(tmp_path, "game=cartpole", "game.id=tests.faults:Faulty-v0", "net=lstm", "net.core=32", "net.hidden=32", "net.init=torch",
               "learner.optimizer.lr=1e-12", "learner.correction=vtrace", "autotune=ga3c", "autotune.wait_seconds=1", "autotune.period_seconds=2",
+              "predictors=1", "trainers=1", "autotune.max_predictors=1", "autotune.max_trainers=1",  # every step moves N_A
               "max_frames=24000", "wandb.mode=disabled", "log.every_seconds=1",
               env={"GA3C_FAULT_MARKER": str(tmp_path / "fault-fired"), "GA3C_FAULT_STEP": "60"}, timeout=240)
     summary = read_summary(tmp_path)

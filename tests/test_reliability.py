@@ -251,26 +251,36 @@ def test_double_ctrl_c_while_agents_start_exits_at_once(tmp_path, algo):
 
 def test_the_leak_check_sees_a_segment_nobody_unlinked_and_not_one_in_use():
     """leaked_shm_segments (tests/helpers.py), the check behind the no-leak tests: a segment closed but never
-    unlinked is a leak, also when this process still maps it; one another process maps is that run's."""
+    unlinked is a leak, also when this process still maps it; one another live process maps, or made under ga3c's
+    naming and has not yet unlinked, is that run's; once its maker is gone, it is a leak."""
     import subprocess
     import sys
     from multiprocessing import shared_memory
 
+    from ga3c.shared_memory import segment_name
+
     before = set(os.listdir("/dev/shm"))
     ours = shared_memory.SharedMemory(create=True, size=4096)
     theirs = subprocess.Popen([sys.executable, "-c", "import sys; from multiprocessing import shared_memory as s; "
-                               "m = s.SharedMemory(create=True, size=4096); print(m.name, flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                               "from ga3c.shared_memory import segment_name as n; "
+                               "m = s.SharedMemory(create=True, size=4096); u = s.SharedMemory(create=True, size=64, name=n()); "
+                               "u.close(); print(m.name, u.name, flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    orphan = shared_memory.SharedMemory(create=True, size=64, name=segment_name().replace(f"_{os.getpid()}_", "_999999999_"))
+    orphan.close()
+    other, other_unmapped = theirs.stdout.readline().split()
     try:
-        other = theirs.stdout.readline().strip()
         assert ours.name in leaked_shm_segments(before, timeout=0.5)   # ours, though still mapped here
         ours.close()
-        assert ours.name in leaked_shm_segments(before, timeout=0.5)
-        assert other not in leaked_shm_segments(before, timeout=0.5)
+        found = leaked_shm_segments(before, timeout=0.5)
+        assert ours.name in found and orphan.name in found             # its maker (no such pid) is gone
+        assert other not in found and other_unmapped not in found      # a live process's
     finally:
         ours.unlink()
+        orphan.unlink()
         theirs.communicate("")
-        Path("/dev/shm", other).unlink(missing_ok=True)
+        for name in (other, other_unmapped):
+            Path("/dev/shm", name).unlink(missing_ok=True)
 
 
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
