@@ -112,7 +112,7 @@ class RecurrentActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, core: int = 256,
                  channels: Sequence[int] = (16, 32), kernels: Sequence[int] = (8, 4), strides: Sequence[int] = (4, 2),
-                 hidden: int = 256, init: str = "orthogonal"):
+                 hidden: int = 256, init: str = "orthogonal", core_input_norm: bool = False):
         super().__init__()
         if init not in ("orthogonal", "torch"):
             raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
@@ -125,6 +125,9 @@ class RecurrentActorCritic(nn.Module):
         else:
             raise ValueError(f"a recurrent net needs image (C, H, W) or vector observations, got {tuple(obs_shape)}")
         self.obs_shape, self.core_size = tuple(obs_shape), core
+        # LayerNorm of the torso's output keeps the gates' pre-activations in range: the ReLU embedding is
+        # unbounded, and its growth can saturate every gate (docs/learning.md, the Pong memory study)
+        self.core_input_norm = nn.LayerNorm(hidden) if core_input_norm else nn.Identity()
         self.core = nn.LSTMCell(hidden, core)
         self.policy = nn.Linear(core, num_actions)
         self.value = nn.Linear(core, 1)
@@ -143,7 +146,7 @@ class RecurrentActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor):
         steps, batch = obs.shape[:2]
         x = obs.reshape(steps * batch, *self.obs_shape).to(self.policy.weight.dtype)  # float32, or a bf16 copy's
-        x = self.embed(self.torso(x)).reshape(steps, batch, -1)   # the torso runs once over every step
+        x = self.core_input_norm(self.embed(self.torso(x))).reshape(steps, batch, -1)   # once over every step
         h, c = state
         outputs = []
         for t in range(steps):

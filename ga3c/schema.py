@@ -277,6 +277,7 @@ class MLPNet(TargetNode):
 
 class RecurrentNet(ConvNet):
     core: int = Field(ge=1, le=65536)
+    core_input_norm: bool
 
 
 NETS: dict[str, type[TargetNode]] = {"ga3c.networks.ConvActorCritic": ConvNet,

@@ -19,12 +19,14 @@ def test_networks_shapes():
         ConvActorCritic((4,), 2, [16], [8], [4], 32)
 
 
+@pytest.mark.parametrize("core_input_norm", [False, True], ids=["plain", "core_input_norm"])
 @pytest.mark.parametrize("obs_shape", [(5,), (4, 36, 36)])
-def test_the_recurrent_unroll_equals_step_by_step_acting_with_resets(obs_shape):
+def test_the_recurrent_unroll_equals_step_by_step_acting_with_resets(obs_shape, core_input_norm):
     """What the learner computes over a rollout (one unroll from the rollout's first state) must be what the
     agents were answered step by step (the state carried, zeroed where an episode starts)."""
     torch.manual_seed(0)
-    net = RecurrentActorCritic(obs_shape, 3, core=16, channels=[4, 8], kernels=[8, 4], strides=[4, 2], hidden=32)
+    net = RecurrentActorCritic(obs_shape, 3, core=16, channels=[4, 8], kernels=[8, 4], strides=[4, 2], hidden=32,
+                               core_input_norm=core_input_norm)
     steps, batch = 7, 3
     dtype = torch.uint8 if len(obs_shape) == 3 else torch.float32
     obs = (torch.randint(0, 255, (steps, batch, *obs_shape)) if len(obs_shape) == 3
@@ -51,3 +53,25 @@ def test_the_recurrent_unroll_equals_step_by_step_acting_with_resets(obs_shape):
     assert not torch.allclose(from_zero[:5, 2], logits[:5, 2])
     torch.testing.assert_close(from_zero[5:, 2], logits[5:, 2])
 
+
+
+def test_core_input_norm_bounds_what_the_core_sees():
+    """With net.core_input_norm the core's input has mean 0 and variance 1 per step however large the torso's
+    output grows (the saturation it is there against); without it, it grows with the torso's weights."""
+    torch.manual_seed(0)
+    shape = dict(core=8, channels=[4, 8], kernels=[8, 4], strides=[4, 2], hidden=32)   # images: a ReLU embedding
+    plain = RecurrentActorCritic((4, 36, 36), 3, **shape)
+    normed = RecurrentActorCritic((4, 36, 36), 3, **shape, core_input_norm=True)
+    normed.load_state_dict(plain.state_dict(), strict=False)
+    for net in (plain, normed):
+        with torch.no_grad():
+            net.embed[0].weight.mul_(50.0)
+    seen = {}
+    for name, net in (("plain", plain), ("normed", normed)):
+        net.core.register_forward_pre_hook(lambda module, args, name=name: seen.update({name: args[0]}))
+        with torch.no_grad():
+            frames = torch.randint(0, 255, (1, 64, 4, 36, 36), dtype=torch.uint8)
+            net(frames, net.initial_state(64), torch.zeros(1, 64, dtype=torch.bool))
+    assert seen["plain"].abs().mean() > 5
+    torch.testing.assert_close(seen["normed"].mean(-1), torch.zeros(64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(seen["normed"].var(-1, unbiased=False), torch.ones(64), atol=1e-3, rtol=0)
