@@ -199,6 +199,7 @@ class Suite(Section):
     eval_episodes: int = Field(ge=0, le=100_000)
     score_at_minutes: _ranged_list(Positive, "a list of minutes > 0", 1)
     analyze_only: bool
+    include: list[str]
 
 
 class Bench(Section):

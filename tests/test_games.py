@@ -163,4 +163,16 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)   # resumes: runs nothing
     assert again.returncode == 0 and "not run again" in (tmp_path / "cue" / "learncurve.log").read_text()
     assert ": random play, " not in again.stdout + again.stderr and "evaluating" not in again.stdout + again.stderr
+    # another table that takes both games' rows from this one (suite.include): nothing is run or measured
+    assert (tmp_path / "cue" / "seed0_metrics.csv").stat().st_size > 0
+    joined = tmp_path / "joined"
+    merged = subprocess.run([*command[:-1], "suite.analyze_only=true", f"suite.include=[{tmp_path}]",
+                             f"hydra.run.dir={joined}"], cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert merged.returncode == 0, merged.stdout[-3000:] + merged.stderr[-3000:]
+    assert ": random play, " not in merged.stdout + merged.stderr and not (joined / "cue").exists()
+    assert json.loads((joined / "suite.json").read_text()) == json.loads((tmp_path / "suite.json").read_text())
+    from ga3c.tools.learncurve import read_curve
+    from ga3c.tools.suite import included_row
+    drawn = included_row("cue", [tmp_path])["curves"][0]     # the curve the joined table's grid draws
+    assert drawn["frames"] == read_curve(tmp_path / "cue" / "ga3c" / "seed0")["frames"]
     assert_no_leftovers(str(tmp_path))

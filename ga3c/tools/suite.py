@@ -39,7 +39,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
 from ga3c.tools import learncurve
-from ga3c.tools.runs import pyplot, read_json, read_summary
+from ga3c.tools.runs import extract, pyplot, read_json, read_summary
+from ga3c.tools.runs import read_curve as read_curve_columns
 
 log = logging.getLogger(__name__)
 REPO = learncurve.REPO
@@ -190,6 +191,33 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
     return row
 
 
+def included_row(name: str, folders: list[Path]) -> dict | None:
+    """`name`'s row from the first earlier suite table (suite.include) that has it, with its curves read from
+    the GAME/seedN_metrics.csv beside that table: games measured on other days or hosts join one table."""
+    for folder in folders:
+        rows = read_json_list(folder / "suite.json")
+        row = next((r for r in rows if r.get("game") == name), None)
+        if row is None:
+            continue
+        curves = {}
+        for path in sorted((folder / name).glob("seed*_metrics.csv")):
+            columns = read_curve_columns(path)
+            curves[int(path.stem.split("_")[0][4:])] = dict(
+                wall_seconds=columns["wall_seconds"], frames=columns["frames"], score=columns["score_mean_100"],
+                policy_lag=columns["policy_lag_mean"])
+        row["reach"] = {k: tuple(v) for k, v in row["reach"].items()}
+        return {**row, "curves": curves, "included_from": str(folder)}
+    return None
+
+
+def read_json_list(path: Path) -> list[dict]:
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    return value if isinstance(value, list) else []
+
+
 def _host_name(host: dict | None) -> str:
     if not host:
         return "host not recorded"
@@ -284,7 +312,7 @@ def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[floa
     paths["md"].write_text(markdown(rows, title, minutes_at, eval_episodes))
     plot_grid(rows, "wall_seconds", paths["time_png"], title + ": score against wall time")
     plot_grid(rows, "frames", paths["frames_png"], title + ": score against frames")
-    plain = [{k: v for k, v in r.items() if k != "curves"} for r in rows]
+    plain = [{k: v for k, v in r.items() if k not in ("curves", "included_from")} for r in rows]
     paths["json"].write_text(json.dumps(plain, indent=1, default=float) + "\n")
     flat_keys = ["game", "seeds", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "hns_eval",
                  "frames", "fps", "minutes", "left_random", "beat_a3c_4days", "beat_a2c_40m"]
@@ -349,9 +377,16 @@ def main(cfg: DictConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
     arm = str(cfg.learncurve.arms[0])
     minutes_at = [float(m) for m in cfg.suite.score_at_minutes]
+    include = [Path(hydra.utils.to_absolute_path(str(f))) for f in cfg.suite.include]
     rows = []
     for name, game in configs.items():
         game_out = out / name
+        runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
+        earlier = included_row(name, include) if cfg.suite.analyze_only else None
+        if earlier and not any((run_dir / "metrics.jsonl").exists() for run_dir in runs.values()):
+            log.info("%s: not run here; its row from %s", name, earlier["included_from"])
+            rows.append(earlier)
+            continue
         random = measured_random(game, game_out, int(cfg.suite.random_episodes))
         if not cfg.suite.analyze_only:
             command = learncurve_command(name, cfg, game_out)
@@ -361,12 +396,14 @@ def main(cfg: DictConfig) -> None:
                 code = learncurve.run_to_end(command, output)
             if code:
                 log.warning("%s: learncurve exited with %d (see %s)", name, code, game_out / "learncurve.log")
-        runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
         evals = {seed: evaluate(run_dir, int(cfg.suite.eval_episodes), str(cfg.wandb.mode))
                  for seed, run_dir in runs.items()
                  if learncurve.finished(run_dir, float(cfg.minutes)) and int(cfg.suite.eval_episodes) > 0}
         host = (read_json(game_out / "manifest.json") or {}).get("host")   # learncurve's: where the runs ran
         rows.append(game_row(game, random, runs, evals, minutes_at, host))
+        for seed, run_dir in runs.items():   # each curve small enough to commit beside the table
+            if (run_dir / "metrics.jsonl").exists():
+                extract(run_dir, game_out / f"seed{seed}_metrics.csv")
         title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
         paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))  # after every game
     from ga3c.tools.manifest import write_manifest
