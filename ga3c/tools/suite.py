@@ -378,6 +378,7 @@ def main(cfg: DictConfig) -> None:
     arm = str(cfg.learncurve.arms[0])
     minutes_at = [float(m) for m in cfg.suite.score_at_minutes]
     include = [Path(hydra.utils.to_absolute_path(str(f))) for f in cfg.suite.include]
+    title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
     rows = []
     for name, game in configs.items():
         game_out = out / name
@@ -386,6 +387,7 @@ def main(cfg: DictConfig) -> None:
         if earlier and not any((run_dir / "metrics.jsonl").exists() for run_dir in runs.values()):
             log.info("%s: not run here; its row from %s", name, earlier["included_from"])
             rows.append(earlier)
+            paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))
             continue
         random = measured_random(game, game_out, int(cfg.suite.random_episodes))
         if not cfg.suite.analyze_only:
@@ -404,7 +406,6 @@ def main(cfg: DictConfig) -> None:
         for seed, run_dir in runs.items():   # each curve small enough to commit beside the table
             if (run_dir / "metrics.jsonl").exists():
                 extract(run_dir, game_out / f"seed{seed}_metrics.csv")
-        title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
         paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))  # after every game
     from ga3c.tools.manifest import write_manifest
 
