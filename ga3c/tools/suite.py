@@ -3,6 +3,8 @@
     python -m ga3c.tools.suite seeds=1 minutes=60                          # the 11 games of the paper's Table 3
     python -m ga3c.tools.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
     python -m ga3c.tools.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
+    python -m ga3c.tools.suite suite.analyze_only=true 'suite.include=[results/suite]' hydra.run.dir=runs/suite
+        # one table: games with no run in runs/suite take their rows (and curves) from an earlier table
 
 For each game, one after another on this machine (runs side by side on a small machine would measure each
 other), into OUTPUT_DIR/GAME:
