@@ -112,7 +112,7 @@ class RecurrentActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, core: int = 256,
                  channels: Sequence[int] = (16, 32), kernels: Sequence[int] = (8, 4), strides: Sequence[int] = (4, 2),
-                 hidden: int = 256, init: str = "orthogonal", core_input_norm: bool = False):
+                 hidden: int = 256, init: str = "orthogonal", core_input_norm: bool = True):
         super().__init__()
         if init not in ("orthogonal", "torch"):
             raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")

@@ -60,7 +60,7 @@ def test_core_input_norm_bounds_what_the_core_sees():
     output grows (the saturation it is there against); without it, it grows with the torso's weights."""
     torch.manual_seed(0)
     shape = dict(core=8, channels=[4, 8], kernels=[8, 4], strides=[4, 2], hidden=32)   # images: a ReLU embedding
-    plain = RecurrentActorCritic((4, 36, 36), 3, **shape)
+    plain = RecurrentActorCritic((4, 36, 36), 3, **shape, core_input_norm=False)
     normed = RecurrentActorCritic((4, 36, 36), 3, **shape, core_input_norm=True)
     normed.load_state_dict(plain.state_dict(), strict=False)
     for net in (plain, normed):
