@@ -17,6 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import ga3c  # noqa: F401  registers the ${machine:...} resolver conf/config.yaml uses
+from ga3c.shared_memory import SEGMENT_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -159,9 +160,10 @@ def leaked_shm_segments(before: set[str], timeout: float = 10.0) -> list[str]:
                            if "/dev/shm/" in line}
             except (OSError, IndexError):
                 continue
-        made_by_live = {n for n in os.listdir("/dev/shm")
-                        if (m := re.fullmatch(r"ga3c_(\d+)_[0-9a-f]+", n)) and alive(int(m.group(1)))}
-        return sorted(set(os.listdir("/dev/shm")) - before - mapped - made_by_live)
+        present = set(os.listdir("/dev/shm"))
+        made_by_live = {n for n in present
+                        if (m := re.fullmatch(rf"{SEGMENT_PREFIX}(\d+)_[0-9a-f]+", n)) and alive(int(m.group(1)))}
+        return sorted(present - before - mapped - made_by_live)
 
     wait_until(lambda: not unmapped(), timeout)
     return unmapped()

@@ -33,7 +33,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
-from ga3c.tools.runs import columns, pyplot, read_json, read_metrics, read_summary
+from ga3c.tools.runs import pyplot, read_json, read_summary
+from ga3c.tools.runs import read_curve as read_curve_columns
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -117,8 +118,9 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def read_curve(run_dir: Path) -> dict[str, list[float]]:
-    """(wall seconds, frames, rolling score, policy lag) of every logged window of a run."""
-    curve = columns(read_metrics(run_dir), ("wall_seconds", "frames", "score_mean_100", "policy_lag_mean"))
+    """(wall seconds, frames, rolling score, policy lag) of every logged window of a run (its directory, or the
+    CSV `runs.extract` wrote of it)."""
+    curve = read_curve_columns(run_dir, ("wall_seconds", "frames", "score_mean_100", "policy_lag_mean"))
     return dict(wall_seconds=curve["wall_seconds"], frames=curve["frames"], score=curve["score_mean_100"],
                 policy_lag=curve["policy_lag_mean"])
 

@@ -28,6 +28,15 @@ def read_json(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def read_json_list(path: Path) -> list[dict]:
+    """A JSON list (a suite table's suite.json), or [] when it is missing or half-written."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    return value if isinstance(value, list) else []
+
+
 def read_summary(run_dir: Path) -> dict | None:
     return read_json(Path(run_dir) / "summary.json")
 

@@ -41,8 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
 from ga3c.tools import learncurve
-from ga3c.tools.runs import extract, pyplot, read_json, read_summary
-from ga3c.tools.runs import read_curve as read_curve_columns
+from ga3c.tools.runs import extract, pyplot, read_json, read_json_list, read_summary
 
 log = logging.getLogger(__name__)
 REPO = learncurve.REPO
@@ -197,27 +196,14 @@ def included_row(name: str, folders: list[Path]) -> dict | None:
     """`name`'s row from the first earlier suite table (suite.include) that has it, with its curves read from
     the GAME/seedN_metrics.csv beside that table: games measured on other days or hosts join one table."""
     for folder in folders:
-        rows = read_json_list(folder / "suite.json")
-        row = next((r for r in rows if r.get("game") == name), None)
+        row = next((r for r in read_json_list(folder / "suite.json") if r.get("game") == name), None)
         if row is None:
             continue
-        curves = {}
-        for path in sorted((folder / name).glob("seed*_metrics.csv")):
-            columns = read_curve_columns(path)
-            curves[int(path.stem.split("_")[0][4:])] = dict(
-                wall_seconds=columns["wall_seconds"], frames=columns["frames"], score=columns["score_mean_100"],
-                policy_lag=columns["policy_lag_mean"])
-        row["reach"] = {k: tuple(v) for k, v in row["reach"].items()}
-        return {**row, "curves": curves, "included_from": str(folder)}
+        log.info("%s: not run here; its row from %s", name, folder)
+        curves = {int(path.stem.split("_")[0][4:]): learncurve.read_curve(path)
+                  for path in sorted((folder / name).glob("seed*_metrics.csv"))}
+        return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
     return None
-
-
-def read_json_list(path: Path) -> list[dict]:
-    try:
-        value = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return []
-    return value if isinstance(value, list) else []
 
 
 def _host_name(host: dict | None) -> str:
@@ -314,7 +300,7 @@ def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[floa
     paths["md"].write_text(markdown(rows, title, minutes_at, eval_episodes))
     plot_grid(rows, "wall_seconds", paths["time_png"], title + ": score against wall time")
     plot_grid(rows, "frames", paths["frames_png"], title + ": score against frames")
-    plain = [{k: v for k, v in r.items() if k not in ("curves", "included_from")} for r in rows]
+    plain = [{k: v for k, v in r.items() if k != "curves"} for r in rows]
     paths["json"].write_text(json.dumps(plain, indent=1, default=float) + "\n")
     flat_keys = ["game", "seeds", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "hns_eval",
                  "frames", "fps", "minutes", "left_random", "beat_a3c_4days", "beat_a2c_40m"]
@@ -387,7 +373,6 @@ def main(cfg: DictConfig) -> None:
         runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
         earlier = included_row(name, include) if cfg.suite.analyze_only else None
         if earlier and not any((run_dir / "metrics.jsonl").exists() for run_dir in runs.values()):
-            log.info("%s: not run here; its row from %s", name, earlier["included_from"])
             rows.append(earlier)
             paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))
             continue
