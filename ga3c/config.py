@@ -41,12 +41,14 @@ def usable_cores() -> int:
 
 
 def machine_counts(cores: int, gpu: bool) -> dict[str, int]:
-    """Starting counts for a machine. With a GPU, the paper's 32/2/2 (batches >= 32). Without one, the cores
+    """Starting counts for a machine. With a GPU, the paper's 32/2/2 (4 agents a core on bigger machines) and
+    batches >= 128: a GPU learner's step costs about as much at 128 samples as at the paper's 32, so the larger
+    batch trains more samples a second (docs/benchmarks.md, GPU). Without one, the cores
     are shared by envs, acting and training, and fewer threads batch better: 8 agents a core (16 on 2 cores),
     one predictor per 4 cores, 2 trainers, batches >= 128 (on 2 cores 16/1/2 ran Pong at ~7,900 frames/s
     against ~2,650 with 32/2/2 and a policy lag of 5-11 updates against ~26)."""
     if gpu:
-        return dict(agents=max(32, 4 * cores), predictors=2, trainers=2, training_min_batch=32)
+        return dict(agents=max(32, 4 * cores), predictors=2, trainers=2, training_min_batch=128)
     return dict(agents=min(64, 8 * cores), predictors=max(1, cores // 4), trainers=2, training_min_batch=128)
 
 

@@ -98,7 +98,7 @@ def test_counts_follow_the_machine():
     from ga3c.config import machine_counts
 
     assert machine_counts(2, gpu=False) == dict(agents=16, predictors=1, trainers=2, training_min_batch=128)
-    assert machine_counts(16, gpu=True) == dict(agents=64, predictors=2, trainers=2, training_min_batch=32)
+    assert machine_counts(16, gpu=True) == dict(agents=64, predictors=2, trainers=2, training_min_batch=128)
     assert machine_counts(4, gpu=True)["agents"] == 32  # the paper's counts on a small GPU machine
     cfg = compose_config()
     assert isinstance(cfg.agents, int) and cfg.agents >= 8 and cfg.predictors >= 1
