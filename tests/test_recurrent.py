@@ -47,7 +47,7 @@ def test_the_learners_unroll_replays_what_the_agents_acted_through_count_changes
     run_train(tmp_path, "game=cartpole", "game.id=tests.faults:Faulty-v0", "net=lstm", "net.core=32", "net.hidden=32", "net.init=torch",
               "learner.optimizer.lr=1e-12", "learner.correction=vtrace", "autotune=ga3c", "autotune.wait_seconds=1", "autotune.period_seconds=2",
               "predictors=1", "trainers=1", "autotune.max_predictors=1", "autotune.max_trainers=1",  # every step moves N_A
-              "max_frames=24000", "wandb.mode=disabled", "log.every_seconds=1",
+              "max_frames=60000", "wandb.mode=disabled", "log.every_seconds=1",  # >= 5 windows on a fast host
               env={"GA3C_FAULT_MARKER": str(tmp_path / "fault-fired"), "GA3C_FAULT_STEP": "60"}, timeout=240)
     summary = read_summary(tmp_path)
     assert summary["agent_restarts"] == 1 and summary["status"] == "finished", summary
