@@ -155,11 +155,12 @@ class Learner(pl.LightningModule):
                  log_epsilon: float = 1e-6, value_coef: float = 0.5, reduction: str = "sum",
                  grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
-                 normalize_advantage: bool = False, warmup_updates: int = 0, epochs: int = 1,
-                 ppo_clip: float = 0.0):
+                 normalize_advantage: bool = False, warmup_updates: int = 0, lr_decay_updates: int = 0,
+                 lr_final_scale: float = 0.0, epochs: int = 1, ppo_clip: float = 0.0):
         super().__init__()
         self.epochs, self.ppo_clip = epochs, ppo_clip
         self.warmup_updates = warmup_updates
+        self.lr_decay_updates, self.lr_final_scale = lr_decay_updates, lr_final_scale
         self.correction, self.rho_bar, self.c_bar, self.gae_lambda = correction, rho_bar, c_bar, gae_lambda
         self.normalize_advantage = normalize_advantage
         self.model = model
@@ -240,12 +241,19 @@ class Learner(pl.LightningModule):
         # from here tag their predictions with the restored version, and the first window's rates start from it.
         self.version = int(checkpoint.get("global_step", 0))
 
+    def lr_scale(self, update: int) -> float:
+        """The learning rate's factor at `update` (counted from 0): a linear warm-up over warmup_updates, times a
+        linear decay from 1 to lr_final_scale over lr_decay_updates (then held there)."""
+        scale = min(1.0, (update + 1) / self.warmup_updates) if self.warmup_updates else 1.0
+        if self.lr_decay_updates:
+            scale *= 1.0 - (1.0 - self.lr_final_scale) * min(1.0, update / self.lr_decay_updates)
+        return scale
+
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())
-        if not self.warmup_updates:
+        if not (self.warmup_updates or self.lr_decay_updates):
             return optimizer
         # torch's RMSprop starts its squared-gradient average at 0, so its first steps move every weight by
         # ~10x lr whatever the gradient: a linear warm-up of the learning rate keeps them small.
-        warmup = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda update: min(1.0, (update + 1) / self.warmup_updates))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_scale)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

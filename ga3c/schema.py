@@ -95,6 +95,8 @@ class Learner(Section):
     c_bar: Positive
     normalize_advantage: bool
     warmup_updates: int = Field(ge=0, description="0 = off")
+    lr_decay_updates: int = Field(ge=0, description="0 = off")
+    lr_final_scale: Fraction
     epochs: int = Field(ge=1, le=100)
     ppo_clip: float = Field(ge=0, le=1, description="0 = off")
     optimizer: dict

@@ -95,6 +95,32 @@ def test_learning_rate_warms_up_linearly_per_update_then_holds():
         .__class__ is torch.optim.RMSprop   # 0 = no schedule at all
 
 
+def test_learning_rate_decays_linearly_after_the_warm_up_and_holds_at_the_final_scale():
+    """learner.lr_decay_updates / lr_final_scale: the factor falls linearly from 1 (times the warm-up's) to the
+    final scale at lr_decay_updates, stays there, and is what Lightning applies at each update."""
+    import pytorch_lightning as pl
+
+    model = MLPActorCritic((4,), 2, [8])
+    learner = Learner(model, lambda p: torch.optim.RMSprop(p, lr=1e-3), warmup_updates=2, lr_decay_updates=4,
+                      lr_final_scale=0.2)
+    assert [learner.lr_scale(u) for u in range(6)] == pytest.approx([0.5, 0.8, 0.6, 0.4, 0.2, 0.2])
+    no_warmup = Learner(model, lambda p: torch.optim.RMSprop(p, lr=1e-3), lr_decay_updates=4)
+    assert [no_warmup.lr_scale(u) for u in range(6)] == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+    n = 6
+    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
+                 versions=torch.zeros(n, dtype=torch.long))
+    seen = []
+
+    class Record(pl.Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            seen.append(optimizer.param_groups[0]["lr"])
+
+    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
+    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
+    assert seen == pytest.approx([5e-4, 8e-4, 6e-4, 4e-4, 2e-4, 2e-4])
+
+
 def test_rmsprop_tf_matches_tensorflow_formula():
     p = torch.nn.Parameter(torch.tensor([1.0]))
     opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.1)

@@ -187,9 +187,10 @@ def train_a3c(cfg: DictConfig) -> dict:
     if cfg.learner.get("correction", "none") != "none":
         log.info("A3C learns on-policy (each worker trains its own rollout with its own current copy of the "
                  "network): learner.correction=%s does not apply and is not used", cfg.learner.correction)
-    if cfg.learner.get("warmup_updates", 0):
-        log.info("learner.warmup_updates=%s applies to the GA3C learner only; A3C's workers do not use it",
-                 cfg.learner.warmup_updates)
+    if cfg.learner.get("warmup_updates", 0) or cfg.learner.get("lr_decay_updates", 0):
+        log.info("learner.warmup_updates=%s and learner.lr_decay_updates=%s apply to the GA3C learner only; "
+                 "A3C's workers keep a constant learning rate", cfg.learner.warmup_updates,
+                 cfg.learner.get("lr_decay_updates", 0))
     if cfg.learner.get("epochs", 1) > 1 or cfg.learner.get("ppo_clip", 0):
         log.info("learner.epochs=%s and learner.ppo_clip=%s apply to the GA3C learner only; each A3C worker "
                  "trains every rollout once with the plain policy gradient", cfg.learner.epochs, cfg.learner.ppo_clip)
