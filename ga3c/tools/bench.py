@@ -154,6 +154,9 @@ def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: thr
                         first_frame_wall = last_wall
                         print(f"[bench] {arm}: first frames after {now - started:.0f} s", flush=True)
                 if finished:
+                    final = read_json(run_dir / "summary.json")   # a last write at the same wall time (only the
+                    if seen and final is not None and final.get("wall_seconds") == last_wall:   # status moved)
+                        seen[-1]["summary"] = final
                     break
                 done = first_frame_wall is not None and last_wall - first_frame_wall >= warmup + seconds
                 if (stop.is_set() or done) and stopped_at is None:
