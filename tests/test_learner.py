@@ -71,26 +71,31 @@ def test_the_learner_replaces_its_published_metrics_never_changes_them():
     assert learner.last_metrics["loss"] == 2.0
 
 
-def test_learning_rate_warms_up_linearly_per_update_then_holds():
-    """learner.warmup_updates: Lightning steps the schedule every update (not every epoch), lr/N at the first
-    update up to lr at the N-th, then lr."""
+def applied_learning_rates(learner: Learner, updates: int = 6) -> list[float]:
+    """The learning rate Lightning's optimizer step uses at each of `updates` updates of `learner`."""
     import pytorch_lightning as pl
 
     n = 6
     batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
                  versions=torch.zeros(n, dtype=torch.long))
-    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3), reduction="mean",
-                      warmup_updates=4)
     seen = []
 
     class Record(pl.Callback):
         def on_before_optimizer_step(self, trainer, module, optimizer):
             seen.append(optimizer.param_groups[0]["lr"])
 
-    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+    trainer = pl.Trainer(max_steps=updates, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
-    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
-    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    trainer.fit(learner, torch.utils.data.DataLoader([batch] * updates, batch_size=None))
+    return seen
+
+
+def test_learning_rate_warms_up_linearly_per_update_then_holds():
+    """learner.warmup_updates: Lightning steps the schedule every update (not every epoch), lr/N at the first
+    update up to lr at the N-th, then lr."""
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3), reduction="mean",
+                      warmup_updates=4)
+    assert applied_learning_rates(learner) == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
     assert Learner(MLPActorCritic((4,), 2, [8]), lambda p: torch.optim.RMSprop(p, lr=1e-3)).configure_optimizers() \
         .__class__ is torch.optim.RMSprop   # 0 = no schedule at all
 
@@ -98,27 +103,13 @@ def test_learning_rate_warms_up_linearly_per_update_then_holds():
 def test_learning_rate_decays_linearly_after_the_warm_up_and_holds_at_the_final_scale():
     """learner.lr_decay_updates / lr_final_scale: the factor falls linearly from 1 (times the warm-up's) to the
     final scale at lr_decay_updates, stays there, and is what Lightning applies at each update."""
-    import pytorch_lightning as pl
-
     model = MLPActorCritic((4,), 2, [8])
     learner = Learner(model, lambda p: torch.optim.RMSprop(p, lr=1e-3), warmup_updates=2, lr_decay_updates=4,
                       lr_final_scale=0.2)
     assert [learner.lr_scale(u) for u in range(6)] == pytest.approx([0.5, 0.8, 0.6, 0.4, 0.2, 0.2])
     no_warmup = Learner(model, lambda p: torch.optim.RMSprop(p, lr=1e-3), lr_decay_updates=4)
     assert [no_warmup.lr_scale(u) for u in range(6)] == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
-    n = 6
-    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
-                 versions=torch.zeros(n, dtype=torch.long))
-    seen = []
-
-    class Record(pl.Callback):
-        def on_before_optimizer_step(self, trainer, module, optimizer):
-            seen.append(optimizer.param_groups[0]["lr"])
-
-    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
-    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
-    assert seen == pytest.approx([5e-4, 8e-4, 6e-4, 4e-4, 2e-4, 2e-4])
+    assert applied_learning_rates(learner) == pytest.approx([5e-4, 8e-4, 6e-4, 4e-4, 2e-4, 2e-4])
 
 
 def test_rmsprop_tf_matches_tensorflow_formula():
