@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from helpers import ATARI_GAMES, REPO, assert_no_leftovers, compose_config, read_summary, run_train
 from ga3c.config import validate
 from ga3c.env import make_env
-from ga3c.tools.suite import game_row, markdown, random_play, score_at
+from ga3c.tools.suite import game_row, included_row, markdown, random_play, score_at
 
 
 def game_dict(*overrides: str) -> dict:
@@ -128,6 +128,26 @@ def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):
     assert row["left_random"] is False and row["hns"] != row["hns"] and row["beat_a2c_40m"] is None
 
 
+def test_a_game_folder_without_a_table_row_joins_the_table_as_a_finished_run(tmp_path):
+    # a game measured on its own (results/suite/GAME: the files the suite keeps, no suite.json row) joins a table
+    game = dict(name="g", id="ALE/G-v5", thresholds=[10], anchors=dict(human=110.0, a3c_4days=40.0, a2c_40m=None))
+    folder = tmp_path / "g"
+    folder.mkdir()
+    (folder / "seed0_metrics.csv").write_text("wall_seconds,frames,score_mean_100,fps\n60,1e5,,1666\n"
+                                               "900,3e6,12.0,3333\n3600,12e6,50.0,3333\n")
+    (folder / "random.json").write_text(json.dumps(dict(mean=10.0, episodes=30)))
+    (folder / "seed0_eval.json").write_text(json.dumps(dict(score_mean=44.0)))
+    host = dict(cpu_model="AMD EPYC", cores=2, native_bf16=False)
+    (folder / "manifest.json").write_text(json.dumps(dict(host=host, frames_per_second={"ga3c": {"0": 3210.0}})))
+    (tmp_path / "suite.json").write_text(json.dumps([dict(game="other")]))   # a table without this game's row
+    row = included_row(game, [tmp_path / "missing", tmp_path], [15, 60])
+    assert (row["final"], row["eval"], row["random"], row["fps"], row["host"]) == (50.0, 44.0, 10.0, 3210.0, host)
+    assert row["at"] == {"15": 12.0, "60": 50.0} and row["reach"]["10"] == (900, 3e6)
+    assert row["reach"]["CPU A3C 4 d"] == (3600, 12e6) and row["beat_a3c_4days"] and row["left_random"]
+    assert row["curves"][0]["frames"] == [1e5, 3e6, 12e6] and row["hns"] == 0.4
+    assert included_row(dict(name="h"), [tmp_path], [15]) is None
+
+
 def test_suite_bad_game_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ga3c.tools.suite", "games=[pong,pongg]", f"hydra.run.dir={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -173,6 +193,6 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     assert json.loads((joined / "suite.json").read_text()) == json.loads((tmp_path / "suite.json").read_text())
     from ga3c.tools.learncurve import read_curve
     from ga3c.tools.suite import included_row
-    drawn = included_row("cue", [tmp_path])["curves"][0]     # the curve the joined table's grid draws
+    drawn = included_row(dict(name="cue"), [tmp_path], [15, 30, 60])["curves"][0]     # the curve the joined table's grid draws
     assert drawn["frames"] == read_curve(tmp_path / "cue" / "ga3c" / "seed0")["frames"]
     assert_no_leftovers(str(tmp_path))

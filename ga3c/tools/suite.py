@@ -4,7 +4,8 @@
     python -m ga3c.tools.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
     python -m ga3c.tools.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
     python -m ga3c.tools.suite suite.analyze_only=true 'suite.include=[results/suite]' hydra.run.dir=runs/suite
-        # one table: games with no run in runs/suite take their rows (and curves) from an earlier table
+        # one table: games with no run in runs/suite take their rows (and curves) from an earlier results
+        # folder: its suite table, or a game folder of its own (results/suite/GAME)
 
 For each game, one after another on this machine (runs side by side on a small machine would measure each
 other), into OUTPUT_DIR/GAME:
@@ -145,9 +146,11 @@ def _median(values: list[float]) -> float:
 
 
 def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict[int, dict | None],
-             minutes_at: list[float], host: dict | None = None) -> dict:
-    """One game's figures: medians over its seeds, a never-reached threshold counted as slowest. `host`: the
-    machine the runs were made on (their learncurve manifest), since the minutes depend on its CPU."""
+             minutes_at: list[float], host: dict | None = None, fps: dict[int, float] | None = None) -> dict:
+    """One game's figures: medians over its seeds, a never-reached threshold counted as slowest. `runs`: each
+    seed's run directory, or the metrics CSV extracted from it. `host`: the machine the runs were made on
+    (their learncurve manifest), since the minutes depend on its CPU; `fps`: each seed's frames/s where the run
+    directory (its summary.json) is not at hand."""
     anchors = {k: v for k, v in (game.get("anchors") or {}).items() if v is not None}
     thresholds = sorted(float(t) for t in (game.get("thresholds") or []))
     targets = {**{f"{t:g}": t for t in thresholds}, **{ANCHORS.get(k, k): float(v) for k, v in anchors.items()
@@ -160,7 +163,8 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
         summary = read_summary(run_dir) or {}
         scores = [s for s in curve["score"] if s == s]
         seeds[seed] = dict(curve=curve, final=scores[-1] if scores else math.nan, frames=curve["frames"][-1],
-                           minutes=curve["wall_seconds"][-1] / 60, fps=summary.get("fps_run_mean", math.nan),
+                           minutes=curve["wall_seconds"][-1] / 60,
+                           fps=summary.get("fps_run_mean", (fps or {}).get(seed, math.nan)),
                            at={f"{m:g}": score_at(curve, 60 * m) for m in minutes_at},
                            reach={name: learncurve.first_reach(curve, value) for name, value in targets.items()},
                            eval=(evals.get(seed) or {}).get("score_mean", math.nan))
@@ -192,17 +196,28 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
     return row
 
 
-def included_row(name: str, folders: list[Path]) -> dict | None:
-    """`name`'s row from the first earlier suite table (suite.include) that has it, with its curves read from
-    the GAME/seedN_metrics.csv beside that table: games measured on other days or hosts join one table."""
+def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> dict | None:
+    """`game`'s row from the first earlier results folder (suite.include) that has it: a row of its suite table,
+    with the curves of the GAME/seedN_metrics.csv beside it, or else a game folder of its own (GAME/ with
+    seedN_metrics.csv, random.json, seedN_eval.json and learncurve's manifest.json), read as a finished run.
+    Games measured on other days or hosts join one table."""
+    name = game["name"]
     for folder in folders:
+        seed_csvs = {int(path.stem.split("_")[0][4:]): path
+                     for path in sorted((folder / name).glob("seed*_metrics.csv"))}
         row = next((r for r in read_json_list(folder / "suite.json") if r.get("game") == name), None)
-        if row is None:
-            continue
-        log.info("%s: not run here; its row from %s", name, folder)
-        curves = {int(path.stem.split("_")[0][4:]): learncurve.read_curve(path)
-                  for path in sorted((folder / name).glob("seed*_metrics.csv"))}
-        return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
+        if row is not None:
+            log.info("%s: not run here; its row from %s", name, folder / "suite.json")
+            return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()},
+                    "curves": {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}}
+        if seed_csvs:
+            log.info("%s: not run here; its row from the game folder %s", name, folder / name)
+            manifest = read_json(folder / name / "manifest.json") or {}
+            fps = {int(seed): value for per_arm in (manifest.get("frames_per_second") or {}).values()
+                   for seed, value in per_arm.items()}
+            evals = {seed: read_json(folder / name / f"seed{seed}_eval.json") for seed in seed_csvs}
+            return game_row(game, read_json(folder / name / "random.json"), seed_csvs, evals, minutes_at,
+                            manifest.get("host"), fps)
     return None
 
 
@@ -371,7 +386,7 @@ def main(cfg: DictConfig) -> None:
     for name, game in configs.items():
         game_out = out / name
         runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
-        earlier = included_row(name, include) if cfg.suite.analyze_only else None
+        earlier = included_row(game, include, minutes_at) if cfg.suite.analyze_only else None
         if earlier and not any((run_dir / "metrics.jsonl").exists() for run_dir in runs.values()):
             rows.append(earlier)
             paths = write_results(rows, out, title, minutes_at, int(cfg.suite.eval_episodes))
