@@ -50,3 +50,23 @@ def test_extract_and_plot_from_the_command_line(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"ga3c.tools.runs: error: {tmp_path / 'nope'} has no metrics.jsonl"]
+
+
+def test_compare_sets_runs_side_by_side_by_time_and_by_frames(tmp_path):
+    # a fast run (1,000 frames/s) and a slow one (500 frames/s), the slow one stopped at 30 s
+    write_run(tmp_path / "fast", [dict(wall_seconds=10 * i, frames=10_000 * i, score_mean_100=float(i),
+                                       **{"loss/entropy": 1.0}) for i in range(1, 7)])
+    write_run(tmp_path / "slow", [dict(wall_seconds=10 * i, frames=5_000 * i, score_mean_100=float(10 * i))
+                                  for i in range(1, 4)])
+    extract(tmp_path / "slow", tmp_path / "slow.csv")
+    done = subprocess.run([sys.executable, "-m", "ga3c.tools.runs", "compare", str(tmp_path / "fast"),
+                           str(tmp_path / "slow.csv"), "--minutes", "0.5,1", "--frames", "15000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    head, _, fast, slow = done.stdout.strip().splitlines()
+    assert head.split(" | ")[1:4] == ["@ 0.5 min", "@ 1 min", "@ 0.015 M frames"]
+    assert fast.split(" | ")[1:] == ["3.0", "6.0", "1.0", "6.0", "0.06 M", "1,000", "1.00 |"]
+    assert slow.split(" | ")[1:] == ["30.0", "—", "30.0", "30.0", "0.01 M", "500", "— |"]   # no 1-min score
+    bad = subprocess.run([sys.executable, "-m", "ga3c.tools.runs", "compare", str(tmp_path / "fast"), "--frames", "2M"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--frames" in bad.stderr

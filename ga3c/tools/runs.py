@@ -3,6 +3,8 @@ report) read `summary.json` and `metrics.jsonl`.
 
     python -m ga3c.tools.runs extract RUN_DIR OUT.csv          # a run's curve columns, small enough to commit
     python -m ga3c.tools.runs plot OUT.png RUN_OR_CSV [...]    # score and policy entropy against frames, a line each
+    python -m ga3c.tools.runs compare RUN_OR_CSV [...] [--minutes 5,10,15] [--frames 2e6,4e6]
+        # a markdown table: each run's rolling-100 score at those wall times and frame counts, and at its end
 
 metrics.jsonl is read line by line rather than with pandas.read_json: a run killed mid-write leaves a cut last
 line, which must cost that line only.
@@ -129,7 +131,59 @@ def plot_runs(out: Path, sources: list[Path], title: str | None = None) -> Path:
     return Path(out)
 
 
-USAGE = "usage: python -m ga3c.tools.runs extract RUN_DIR OUT.csv | plot OUT.png RUN_DIR_OR_CSV [...]"
+def value_at(curve: dict, key: str, mark: float, column: str = "score_mean_100") -> float:
+    """`column` at the last window whose `key` (wall_seconds or frames) is at or before `mark`; NaN when the
+    run never got within 2 % of it (a 15-minute run has no score at 30 minutes)."""
+    marks = curve[key]
+    if not marks or marks[-1] < 0.98 * mark:
+        return math.nan
+    found = math.nan
+    for at, value in zip(marks, curve[column]):
+        if at > mark:
+            break
+        found = value
+    return found
+
+
+def compare_table(sources: list[Path], minutes: list[float], frames: list[float] | None = None) -> str:
+    """Each run's rolling-100 score at `minutes` of wall time and at `frames` env frames (default: a third,
+    two thirds and all of the frames the shortest run reached), its last score, frames, frames/s and policy
+    entropy: runs of other hosts or budgets side by side, by time and by frames."""
+    curves = {source: read_curve(source) for source in sources}
+    if frames is None:
+        reached = [c["frames"][-1] for c in curves.values() if c["frames"]]
+        shortest = min(reached) if reached else 0.0
+        frames = [float(f"{shortest * k / 3:.2g}") for k in (1, 2, 3)] if shortest else []
+    head = (["run"] + [f"@ {m:g} min" for m in minutes] + [f"@ {f / 1e6:g} M frames" for f in frames]
+            + ["last score", "frames", "frames/s", "entropy (last)"])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+
+    def cell(value: float, digits: int = 1) -> str:
+        return "—" if value != value else f"{value:,.{digits}f}"
+
+    for source, curve in curves.items():
+        name = str(source)
+        if not curve["frames"]:
+            lines.append("| " + " | ".join([name] + ["—"] * (len(head) - 1)) + " |")
+            continue
+        scores = [v for v in curve["score_mean_100"] if v == v]
+        wall, total = curve["wall_seconds"][-1], curve["frames"][-1]
+        entropies = [v for v in curve["loss/entropy"] if v == v]
+        lines.append("| " + " | ".join(
+            [name] + [cell(value_at(curve, "wall_seconds", 60 * m)) for m in minutes]
+            + [cell(value_at(curve, "frames", f)) for f in frames]
+            + [cell(scores[-1] if scores else math.nan), f"{total / 1e6:.2f} M",
+               cell(total / wall if wall > 0 else math.nan, 0), cell(entropies[-1] if entropies else math.nan, 2)])
+            + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+USAGE = ("usage: python -m ga3c.tools.runs extract RUN_DIR OUT.csv | plot OUT.png RUN_DIR_OR_CSV [...] | "
+         "compare RUN_DIR_OR_CSV [...] [--minutes 5,10,15] [--frames 2e6,4e6]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +200,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ga3c.tools.runs: error: no such run or CSV: {', '.join(missing)}", file=sys.stderr)
             return 2
         print(plot_runs(Path(argv[1]), [Path(s) for s in argv[2:]]))
+        return 0
+    if len(argv) >= 2 and argv[0] == "compare":
+        args, options = list(argv[1:]), {"--minutes": "5,10,15", "--frames": None}
+        for option in options:
+            if option in args:
+                at = args.index(option)
+                if at + 1 >= len(args):
+                    print(f"ga3c.tools.runs: error: {option} needs a comma-separated list of numbers", file=sys.stderr)
+                    return 2
+                options[option] = args.pop(at + 1)
+                args.pop(at)
+        try:
+            minutes = _numbers(options["--minutes"])
+            frames = _numbers(options["--frames"]) if options["--frames"] is not None else None
+        except ValueError:
+            print(f"ga3c.tools.runs: error: --minutes and --frames take numbers like 5,10,15 or 2e6,4e6, got "
+                  f"{options['--minutes']!r} and {options['--frames']!r}", file=sys.stderr)
+            return 2
+        missing = [s for s in args if not Path(s).exists()]
+        if missing or not args:
+            print(f"ga3c.tools.runs: error: no such run or CSV: {', '.join(missing) or '(none given)'}",
+                  file=sys.stderr)
+            return 2
+        print(compare_table([Path(s) for s in args], minutes, frames), end="")
         return 0
     print(USAGE, file=sys.stderr)
     return 0 if argv in (["-h"], ["--help"]) else 2
