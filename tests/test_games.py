@@ -119,6 +119,8 @@ def test_a_game_row_holds_anchors_thresholds_scores_at_minutes_and_normalised_sc
     assert "that many frames take: g 11.1 h" in table   # 40 M frames at 1,000 frames/s, A2C's anchor not reached
     row["host"] = dict(cpu_model="AMD EPYC 7B13", cores=2, native_bf16=False)
     assert "AMD EPYC 7B13, 2 cores, no native bf16 (g)" in markdown([row], "t", [15, 30, 60], 30)
+    row["host"] = dict(cpu_model="AMD EPYC", cores=2)   # a run from before manifests recorded the CPU's flags
+    assert "AMD EPYC, 2 cores, bf16 not recorded (g)" in markdown([row], "t", [15, 30, 60], 30)
 
 
 def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):

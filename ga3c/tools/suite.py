@@ -224,7 +224,7 @@ def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> di
 def _host_name(host: dict | None) -> str:
     if not host:
         return "host not recorded"
-    bf16 = "native bf16" if host.get("native_bf16") else "no native bf16"
+    bf16 = {True: "native bf16", False: "no native bf16"}.get(host.get("native_bf16"), "bf16 not recorded")
     return f"{host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, {bf16}"
 
 
