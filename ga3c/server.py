@@ -14,7 +14,8 @@ import numpy as np
 
 from ga3c.agent import run_agent
 from ga3c.predictor import Predictor
-from ga3c.shared_memory import ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers
+from ga3c.shared_memory import (ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers,
+                               remove_orphaned_segments)
 from ga3c.trainer import TrainerThread
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,9 @@ class Server(RunControl):
         self.random_actions = random_actions
         self.max_agents = max_agents
         core = int(getattr(learner.model, "core_size", 0)) if learner is not None else 0   # a recurrent net's state
+        if orphans := remove_orphaned_segments():
+            log.warning("removed %d shared-memory segment(s) left in /dev/shm by killed runs: %s",
+                        len(orphans), ", ".join(orphans))
         self.buffers = SharedBuffers.create(max_agents, cfg.rollout_slots, cfg.t_max, obs_shape, obs_dtype, core)
         self.prediction_queue = self.training_queue = None
         try:  # the segment exists now: a failure below must not leave it in /dev/shm

@@ -16,10 +16,12 @@ from __future__ import annotations
 import fcntl
 import multiprocessing as mp
 import os
+import re
 import secrets
 import select
 import struct
 import termios
+import time
 from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
@@ -31,6 +33,29 @@ def segment_name() -> str:
     """A new segment's name says which process made it (`ga3c_<pid>_<random>`), so a leak can be told from a
     live run's segment by looking in /dev/shm."""
     return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def remove_orphaned_segments(directory: str = "/dev/shm", min_age_seconds: float = 60.0) -> list[str]:
+    """Unlink segments whose maker process is gone: a run killed with SIGKILL (or by the OOM killer) cannot
+    unlink its own. Only ga3c's names, only dead makers, and only segments older than `min_age_seconds`, so a
+    run starting beside another never touches a live one's. Returns the names removed."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:      # no /dev/shm (another OS): nothing to sweep
+        return removed
+    for name in names:
+        match = re.fullmatch(rf"{SEGMENT_PREFIX}(\d+)_[0-9a-f]+", name)
+        if match is None or os.path.exists(f"/proc/{match.group(1)}"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if time.time() - os.stat(path).st_mtime >= min_age_seconds:
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+    return removed
 
 
 PREDICTION_REQUEST = np.dtype([("agent", "<u2"), ("generation", "<u2"), ("slot", "<u2"), ("step", "<u2")])

@@ -283,6 +283,52 @@ def test_the_leak_check_sees_a_segment_nobody_unlinked_and_not_one_in_use():
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 
+def test_orphaned_segments_of_dead_makers_are_removed_and_nothing_else(tmp_path):
+    """remove_orphaned_segments: a ga3c segment whose maker pid is gone and that is older than the minimum age is
+    unlinked; a fresh one (a run starting right now), a live maker's and another program's stay."""
+    from ga3c.shared_memory import remove_orphaned_segments
+
+    dead, live = "ga3c_999999999_0badf00d", f"ga3c_{os.getpid()}_0badf00d"
+    fresh, foreign = "ga3c_999999998_0badf00d", "psm_999999999"
+    for name in (dead, live, fresh, foreign):
+        (tmp_path / name).write_bytes(b"\0" * 64)
+    for name in (dead, live, foreign):
+        os.utime(tmp_path / name, (time.time() - 120, time.time() - 120))
+    assert remove_orphaned_segments(str(tmp_path), min_age_seconds=60) == [dead]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live, fresh, foreign])
+    assert remove_orphaned_segments(str(tmp_path / "missing")) == []
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_leaves_a_segment_the_next_run_removes(tmp_path):
+    """SIGKILL to the run's whole process group (multiprocessing's resource tracker, which would otherwise
+    unlink it, included: what a container's or a job scheduler's kill does) leaves its segment; the next run
+    on the machine removes the orphan (and says so in one line)."""
+    first, second = tmp_path / "killed", tmp_path / "next"
+    before = set(os.listdir("/dev/shm"))
+    process = subprocess.Popen(train_command(first, "game=cartpole", "max_frames=null", "wandb.mode=disabled"),
+                               cwd=REPO, env=dict(os.environ, GA3C_TEST_MARKER=str(first)), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        summary_when(first, lambda s: s["frames"] > 0, 120)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        assert_no_leftovers(str(first), timeout=10)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    orphans = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(f"ga3c_{process.pid}_")]
+    assert len(orphans) == 1, orphans
+    orphan = Path("/dev/shm", orphans[0])
+    try:
+        os.utime(orphan, (time.time() - 120, time.time() - 120))   # as if killed a while ago
+        run_train(second, "game=cartpole", "max_frames=2000", "wandb.mode=disabled")
+        assert not orphan.exists()   # (its one-line warning is not asserted: a run in another test worker may
+                                     # start first and remove it)
+    finally:
+        orphan.unlink(missing_ok=True)
+
+
 def test_three_sequential_jobs_in_one_process_leave_nothing_behind(tmp_path):
     """What Hydra's basic launcher does in a multirun: after each job, no child process, no extra thread,
     no shared-memory segment, no open W&B run."""
