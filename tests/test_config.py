@@ -35,13 +35,18 @@ def test_every_game_and_net_composes(game, net):
         assert sum(p.numel() for p in model.parameters()) > 0
 
 
-@pytest.mark.parametrize("game", ["game=pong", "game=boxing", "game=breakout", "game=atari game.id=ALE/Asterix-v5"])
+@pytest.mark.parametrize("game", ["game=pong", "game=breakout", "game=atari game.id=ALE/Asterix-v5"])
 def test_atari_games_take_the_large_net_and_the_command_line_or_the_paper_still_picks(game):
     channels = lambda *overrides: list(compose_config(*game.split(), *overrides).net.channels)  # noqa: E731
     assert channels() == [32, 64, 64]                            # conf/game/atari.yaml: net=large
     assert channels("net=small") == [16, 32]                     # the command line wins over the game file
     assert channels("experiment=paper") == [16, 32]              # the paper's own network
     assert channels("experiment=rq1_ga3c_vs_a3c") == [16, 32]    # the paper's studies keep it too
+
+
+def test_boxing_keeps_the_small_net_it_learns_with():
+    assert list(compose_config("game=boxing").net.channels) == [16, 32]
+    assert list(compose_config("game=boxing", "net=large").net.channels) == [32, 64, 64]
 
 
 def test_cartpole_picks_the_mlp_and_its_own_hyperparameters():

@@ -162,7 +162,7 @@ def test_suite_bad_game_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     command = [sys.executable, "-m", "ga3c.tools.suite", "games=[cartpole,cue]", "seeds=1", "minutes=0.15",
-               "suite.random_episodes=30", "suite.eval_episodes=3", f"hydra.run.dir={tmp_path}"]
+               "suite.random_episodes=30", "suite.eval_episodes=3", "wandb.group=tiny-suite", f"hydra.run.dir={tmp_path}"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400,
                           env={**__import__("os").environ, "GA3C_TEST_MARKER": str(tmp_path)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -182,6 +182,8 @@ def test_suite_end_to_end_on_two_tiny_budgets(tmp_path):
     assert {"cpu_model", "cores", "native_bf16", "torch"} <= set(manifest["host"]) and manifest["commit"]
     assert f"{manifest['host']['cpu_model']}, {manifest['host']['cores']} cores" in (tmp_path / "suite.md").read_text()
     assert list((tmp_path / "wandb").glob("offline-run-*")), "the suite's W&B run"
+    run_manifest = json.loads((tmp_path / "cue" / "ga3c" / "seed0" / "manifest.json").read_text())
+    assert "wandb.group=tiny-suite" in run_manifest["command"] and "wandb.group=suite-" not in run_manifest["command"]
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=200)   # resumes: runs nothing
     assert again.returncode == 0 and "not run again" in (tmp_path / "cue" / "learncurve.log").read_text()
     assert ": random play, " not in again.stdout + again.stderr and "evaluating" not in again.stdout + again.stderr

@@ -94,9 +94,17 @@ def user_overrides() -> list[str]:
     return [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(OWN_KEYS)]
 
 
+def wandb_group(cfg: DictConfig) -> str:
+    """The W&B group of the suite's runs and of its table: wandb.group when the command line gives one, else
+    suite-<output folder>."""
+    given = any(o.lstrip("+").startswith("wandb.group=") for o in HydraConfig.get().overrides.task)
+    return str(cfg.wandb.group) if given else f"suite-{Path(cfg.output_dir).name}"
+
+
 def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
+    overrides = [o for o in user_overrides() if not o.lstrip("+").startswith("wandb.group=")]
     return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
-            *user_overrides(), f"wandb.group=suite-{Path(cfg.output_dir).name}", f"hydra.run.dir={relative(out)}"]
+            *overrides, f"wandb.group={wandb_group(cfg)}", f"hydra.run.dir={relative(out)}"]
 
 
 def relative(path: Path) -> str:
@@ -338,7 +346,7 @@ def log_wandb(cfg: DictConfig, rows: list[dict], paths: dict, out: Path) -> None
 
     from ga3c.runtime import finish_wandb
 
-    run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=f"suite-{out.name}", dir=str(out),
+    run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=wandb_group(cfg), dir=str(out),
                      job_type="suite", mode=cfg.wandb.mode, name=f"suite-{out.name}",
                      config=dict(games=list(cfg.games), seeds=int(cfg.seeds), minutes=float(cfg.minutes)))
     try:
