@@ -35,6 +35,12 @@ def segment_name() -> str:
     return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
 
 
+def segment_maker(name: str) -> int | None:
+    """The pid in a segment name of ga3c's (`segment_name`); None for any other name."""
+    match = re.fullmatch(rf"{SEGMENT_PREFIX}(\d+)_[0-9a-f]+", name)
+    return int(match.group(1)) if match else None
+
+
 def remove_orphaned_segments(directory: str = "/dev/shm", min_age_seconds: float = 60.0) -> list[str]:
     """Unlink segments whose maker process is gone: a run killed with SIGKILL (or by the OOM killer) cannot
     unlink its own. Only ga3c's names, only dead makers, and only segments older than `min_age_seconds`, so a
@@ -45,8 +51,8 @@ def remove_orphaned_segments(directory: str = "/dev/shm", min_age_seconds: float
     except OSError:      # no /dev/shm (another OS): nothing to sweep
         return removed
     for name in names:
-        match = re.fullmatch(rf"{SEGMENT_PREFIX}(\d+)_[0-9a-f]+", name)
-        if match is None or os.path.exists(f"/proc/{match.group(1)}"):
+        maker = segment_maker(name)
+        if maker is None or os.path.exists(f"/proc/{maker}"):
             continue
         path = os.path.join(directory, name)
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import ga3c  # noqa: F401  registers the ${machine:...} resolver conf/config.yaml uses
-from ga3c.shared_memory import SEGMENT_PREFIX
+from ga3c.shared_memory import segment_maker
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -161,8 +160,7 @@ def leaked_shm_segments(before: set[str], timeout: float = 10.0) -> list[str]:
             except (OSError, IndexError):
                 continue
         present = set(os.listdir("/dev/shm"))
-        made_by_live = {n for n in present
-                        if (m := re.fullmatch(rf"{SEGMENT_PREFIX}(\d+)_[0-9a-f]+", n)) and alive(int(m.group(1)))}
+        made_by_live = {n for n in present if (maker := segment_maker(n)) is not None and alive(maker)}
         return sorted(present - before - mapped - made_by_live)
 
     wait_until(lambda: not unmapped(), timeout)

@@ -94,15 +94,19 @@ def user_overrides() -> list[str]:
     return [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(OWN_KEYS)]
 
 
+def sets_wandb_group(override: str) -> bool:
+    return override.lstrip("+").startswith("wandb.group=")
+
+
 def wandb_group(cfg: DictConfig) -> str:
     """The W&B group of the suite's runs and of its table: wandb.group when the command line gives one, else
     suite-<output folder>."""
-    given = any(o.lstrip("+").startswith("wandb.group=") for o in HydraConfig.get().overrides.task)
+    given = any(map(sets_wandb_group, HydraConfig.get().overrides.task))
     return str(cfg.wandb.group) if given else f"suite-{Path(cfg.output_dir).name}"
 
 
 def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
-    overrides = [o for o in user_overrides() if not o.lstrip("+").startswith("wandb.group=")]
+    overrides = [o for o in user_overrides() if not sets_wandb_group(o)]
     return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
             *overrides, f"wandb.group={wandb_group(cfg)}", f"hydra.run.dir={relative(out)}"]
 
