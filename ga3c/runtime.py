@@ -1,7 +1,7 @@
 """The run plumbing every algorithm shares (GA3C, A3C, the env-only ceiling): the game's spec, checkpoint reading,
 W&B (logger, run id, finish), stop signals, the time limit, the malloc arena bound and `RunFailed`.
 
-It sits below the algorithm modules (ga3c_run.py, a3c.py, ceiling.py) and imports none of them.
+It sits below the algorithm modules (ga3c/algos/: ga3c.py, a3c.py, ceiling.py) and imports none of them.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def quiet_libraries() -> None:
 
 def _lightning_notices(record: logging.LogRecord) -> bool:
     """Lightning's adverts for its cloud products (printed for every Trainer without LitLogger/litmodels) and
-    its list of accelerators this run does not use; ga3c_run logs the device and precision in one line."""
+    its list of accelerators this run does not use; ga3c.algos.ga3c logs the device and precision in one line."""
     return not str(record.msg).startswith(("💡", "GPU available:", "TPU available:", "HPU available:"))
 
 
