@@ -35,7 +35,7 @@ def test_every_game_and_net_composes(game, net):
         assert sum(p.numel() for p in model.parameters()) > 0
 
 
-@pytest.mark.parametrize("game", ["game=pong", "game=breakout", "game=atari game.id=ALE/Asterix-v5"])
+@pytest.mark.parametrize("game", ["game=breakout", "game=spaceinvaders", "game=atari game.id=ALE/Asterix-v5"])
 def test_atari_games_take_the_large_net_and_the_command_line_or_the_paper_still_picks(game):
     channels = lambda *overrides: list(compose_config(*game.split(), *overrides).net.channels)  # noqa: E731
     assert channels() == [32, 64, 64]                            # conf/game/atari.yaml: net=large
@@ -44,9 +44,11 @@ def test_atari_games_take_the_large_net_and_the_command_line_or_the_paper_still_
     assert channels("experiment=rq1_ga3c_vs_a3c") == [16, 32]    # the paper's studies keep it too
 
 
-def test_boxing_keeps_the_small_net_it_learns_with():
-    assert list(compose_config("game=boxing").net.channels) == [16, 32]
-    assert list(compose_config("game=boxing", "net=large").net.channels) == [32, 64, 64]
+@pytest.mark.parametrize("game", ["boxing", "pong"])
+def test_boxing_and_pong_keep_the_small_net_they_learn_fastest_with(game):
+    assert list(compose_config(f"game={game}").net.channels) == [16, 32]
+    assert list(compose_config(f"game={game}", "net=large").net.channels) == [32, 64, 64]
+    assert list(compose_config().net.channels) == [16, 32]   # Pong is the default game
 
 
 def test_cartpole_picks_the_mlp_and_its_own_hyperparameters():
