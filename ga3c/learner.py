@@ -156,8 +156,10 @@ class Learner(pl.LightningModule):
                  grad_clip: float = 0.0, reward_clip: float = 1.0, counters=None, correction: str = "none",
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
                  normalize_advantage: bool = False, warmup_updates: int = 0, lr_decay_updates: int = 0,
-                 lr_final_scale: float = 0.0, epochs: int = 1, ppo_clip: float = 0.0):
+                 lr_final_scale: float = 0.0, epochs: int = 1, ppo_clip: float = 0.0,
+                 beta_decay_updates: int = 0, beta_final: float = 0.001):
         super().__init__()
+        self.beta_decay_updates, self.beta_final = beta_decay_updates, beta_final
         self.epochs, self.ppo_clip = epochs, ppo_clip
         self.warmup_updates = warmup_updates
         self.lr_decay_updates, self.lr_final_scale = lr_decay_updates, lr_final_scale
@@ -205,7 +207,8 @@ class Learner(pl.LightningModule):
                 batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
                 self.gae_lambda, rho_in_advantages=not self.ppo_clip)
             extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
-        parts = a3c_loss(logits, values, batch["actions"], returns, self.beta, self.log_epsilon,
+        beta = self.beta_at(self.global_step)
+        parts = a3c_loss(logits, values, batch["actions"], returns, beta, self.log_epsilon,
                          self.value_coef, self.reduction, advantages, self.normalize_advantage,
                          batch.get("behaviour_logp"), self.ppo_clip)
         if not torch.isfinite(parts["loss"]):
@@ -214,8 +217,8 @@ class Learner(pl.LightningModule):
                                      "checkpoint is intact")
         lag = (self.version - batch["versions"]).float().mean()
         # Published with the gradient norm (on_before_optimizer_step): a window must never see one without it.
-        self._step_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {"policy_lag": lag.detach(),
-                                                                          "batch_size": len(batch["actions"])}
+        self._step_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {
+            "policy_lag": lag.detach(), "batch_size": len(batch["actions"]), "beta": beta}
         return parts["loss"]
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -248,6 +251,13 @@ class Learner(pl.LightningModule):
         if self.lr_decay_updates:
             scale *= 1.0 - (1.0 - self.lr_final_scale) * min(1.0, update / self.lr_decay_updates)
         return scale
+
+    def beta_at(self, update: int) -> float:
+        """The entropy weight at `update` (counted from 0): beta, moved linearly to beta_final over
+        beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
+        if not self.beta_decay_updates:
+            return self.beta
+        return self.beta + (self.beta_final - self.beta) * min(1.0, update / self.beta_decay_updates)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())

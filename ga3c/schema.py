@@ -85,6 +85,8 @@ class Learner(Section):
     gamma: Fraction
     gae_lambda: Fraction
     beta: NonNegative
+    beta_decay_updates: int = Field(ge=0, description="0 = off")
+    beta_final: NonNegative
     log_epsilon: Fraction
     value_coef: NonNegative
     reduction: Literal["sum", "mean"]

@@ -112,6 +112,34 @@ def test_learning_rate_decays_linearly_after_the_warm_up_and_holds_at_the_final_
     assert applied_learning_rates(learner) == pytest.approx([5e-4, 8e-4, 6e-4, 4e-4, 2e-4, 2e-4])
 
 
+def test_entropy_weight_moves_linearly_to_its_final_value_and_the_loss_uses_it_at_each_update():
+    """learner.beta_decay_updates / beta_final: beta at update 0, beta_final from beta_decay_updates on, linear
+    between; each update's loss is policy - beta(update) x entropy + value_coef x value, with beta published."""
+    import pytorch_lightning as pl
+
+    model = MLPActorCritic((4,), 2, [8])
+    learner = Learner(model, lambda p: torch.optim.RMSprop(p, lr=1e-3), beta=0.01, beta_decay_updates=4,
+                      beta_final=0.002, reduction="mean")
+    assert [learner.beta_at(u) for u in range(6)] == pytest.approx([0.01, 0.008, 0.006, 0.004, 0.002, 0.002])
+    assert Learner(model, lambda p: None, beta=0.01).beta_at(10 ** 6) == 0.01   # 0 = off: beta throughout
+    n = 6
+    batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
+                 versions=torch.zeros(n, dtype=torch.long))
+    published = []
+
+    class Record(pl.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            published.append({k: float(v) for k, v in module.last_metrics.items()})
+
+    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()], accelerator="cpu")
+    trainer.fit(learner, torch.utils.data.DataLoader([batch] * 6, batch_size=None))
+    assert [m["beta"] for m in published] == pytest.approx([0.01, 0.008, 0.006, 0.004, 0.002, 0.002])
+    for m in published:
+        assert m["loss"] == pytest.approx(m["policy_loss"] - m["beta"] * m["entropy"] + 0.5 * m["value_loss"],
+                                          rel=1e-5)
+
+
 def test_rmsprop_tf_matches_tensorflow_formula():
     p = torch.nn.Parameter(torch.tensor([1.0]))
     opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.1)

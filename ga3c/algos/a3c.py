@@ -191,6 +191,9 @@ def train_a3c(cfg: DictConfig) -> dict:
         log.info("learner.warmup_updates=%s and learner.lr_decay_updates=%s apply to the GA3C learner only; "
                  "A3C's workers keep a constant learning rate", cfg.learner.warmup_updates,
                  cfg.learner.get("lr_decay_updates", 0))
+    if cfg.learner.get("beta_decay_updates", 0):
+        log.info("learner.beta_decay_updates=%s applies to the GA3C learner only; A3C's workers keep "
+                 "learner.beta=%s", cfg.learner.beta_decay_updates, cfg.learner.beta)
     if cfg.learner.get("epochs", 1) > 1 or cfg.learner.get("ppo_clip", 0):
         log.info("learner.epochs=%s and learner.ppo_clip=%s apply to the GA3C learner only; each A3C worker "
                  "trains every rollout once with the plain policy gradient", cfg.learner.epochs, cfg.learner.ppo_clip)
