@@ -44,8 +44,8 @@ def test_atari_games_take_the_large_net_and_the_command_line_or_the_paper_still_
     assert channels("experiment=rq1_ga3c_vs_a3c") == [16, 32]    # the paper's studies keep it too
 
 
-@pytest.mark.parametrize("game", ["boxing", "pong"])
-def test_boxing_and_pong_keep_the_small_net_they_learn_fastest_with(game):
+@pytest.mark.parametrize("game", ["boxing", "pong", "qbert"])
+def test_boxing_pong_and_qbert_keep_the_small_net_they_learn_fastest_with(game):
     assert list(compose_config(f"game={game}").net.channels) == [16, 32]
     assert list(compose_config(f"game={game}", "net=large").net.channels) == [32, 64, 64]
     assert list(compose_config().net.channels) == [16, 32]   # Pong is the default game

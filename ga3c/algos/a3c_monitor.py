@@ -98,6 +98,7 @@ class A3CMonitor:
             "loss/value_loss": loss_means["value_loss"], "loss/entropy": loss_means["entropy"],
             "batch_size": (snap["trained_steps"] - last["trained_steps"]) / updates if updates else math.nan,
             "grad_norm": loss_means["grad_norm"],
+            "beta": float(self.cfg.learner.beta),   # A3C's workers keep it constant (no beta_decay_updates)
             "policy_lag_mean": (snap["lag_sum"] - last["lag_sum"]) / updates if updates else math.nan,
             # where an A3C agent's time goes (share of wall time, mean over agents)
             "a3c_env_share": busy["env"], "a3c_forward_share": busy["forward"],
