@@ -137,6 +137,11 @@ def resolve_precision(precision, model: nn.Module, accelerator: str = "auto") ->
     return "bf16-mixed" if has_conv and native_bf16 else "32-true"
 
 
+def linear_decay(start: float, end: float, update: int, updates: int) -> float:
+    """start moved linearly to end over `updates` updates, then held at end (the learner's schedules)."""
+    return start + (end - start) * min(1.0, update / updates)
+
+
 class Learner(pl.LightningModule):
     """A3C loss, one optimizer step per pass over an assembled batch (`epochs` passes; the dataset repeats it).
     `version` (updates done) tags each prediction so the policy lag of every trained sample is known."""
@@ -249,7 +254,7 @@ class Learner(pl.LightningModule):
         linear decay from 1 to lr_final_scale over lr_decay_updates (then held there)."""
         scale = min(1.0, (update + 1) / self.warmup_updates) if self.warmup_updates else 1.0
         if self.lr_decay_updates:
-            scale *= 1.0 - (1.0 - self.lr_final_scale) * min(1.0, update / self.lr_decay_updates)
+            scale *= linear_decay(1.0, self.lr_final_scale, update, self.lr_decay_updates)
         return scale
 
     def beta_at(self, update: int) -> float:
@@ -257,7 +262,7 @@ class Learner(pl.LightningModule):
         beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
         if not self.beta_decay_updates:
             return self.beta
-        return self.beta + (self.beta_final - self.beta) * min(1.0, update / self.beta_decay_updates)
+        return linear_decay(self.beta, self.beta_final, update, self.beta_decay_updates)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())
