@@ -121,6 +121,11 @@ def test_a_game_row_holds_anchors_thresholds_scores_at_minutes_and_normalised_sc
     assert "AMD EPYC 7B13, 2 cores, no native bf16 (g)" in markdown([row], "t", [15, 30, 60], 30)
     row["host"] = dict(cpu_model="AMD EPYC", cores=2)   # a run from before manifests recorded the CPU's flags
     assert "AMD EPYC, 2 cores, bf16 not recorded (g)" in markdown([row], "t", [15, 30, 60], 30)
+    assert "within 20 % of a line" not in table   # 55 is 37 % above 40 and 31 % below 80
+    close = dict(row, final=70.0)
+    assert ("Ended within 20 % of a line on fewer than 3 seeds (more seeds settle these): g (A2C 40 M: 70.0 against "
+            "80.0, 2 seeds).") in markdown([close], "t", [15, 30, 60], 30)
+    assert "within 20 % of a line" not in markdown([dict(close, seeds=3)], "t", [15, 30, 60], 30)
 
 
 def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):
