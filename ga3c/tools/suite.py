@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 REPO = learncurve.REPO
 OWN_KEYS = ("games", "suite.", "hydra.", "seeds", "minutes", "game=")
 ANCHORS = {"a3c_4days": "CPU A3C 4 d", "a2c_40m": "A2C 40 M"}
+CLOSE_MARGIN, SEEDS_TO_SETTLE = 0.2, 3   # a row within 20 % of an anchor needs 3 seeds before it counts either way
 
 
 # --- random play --------------------------------------------------------------------------------------
@@ -251,14 +252,14 @@ def _reach(pair) -> str:
     return "—" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min / {frames / 1e6:.1f} M"
 
 
-def close_calls(row: dict, margin: float = 0.2, seeds_needed: int = 3) -> list[str]:
-    """The anchors `row`'s final score ended within `margin` of (either side) on fewer than `seeds_needed` seeds:
-    one seed's pass or miss there is not a result, a median over more seeds is."""
+def close_calls(row: dict) -> list[str]:
+    """The anchors (ANCHORS' keys) `row`'s final score ended within CLOSE_MARGIN of, either side, on fewer than
+    SEEDS_TO_SETTLE seeds: one seed's pass or miss there is not a result, a median over more seeds is."""
     final = row.get("final", math.nan)
-    if row.get("seeds", 0) >= seeds_needed or final != final:
+    if row.get("seeds", 0) >= SEEDS_TO_SETTLE or final != final:
         return []
-    return [label for key, label in ANCHORS.items()
-            if (value := row.get(key)) is not None and value == value and abs(final - value) <= margin * abs(value)]
+    return [key for key in ANCHORS if (value := row.get(key)) is not None and value == value
+            and abs(final - value) <= CLOSE_MARGIN * abs(value)]
 
 
 def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episodes: int) -> str:
@@ -290,12 +291,12 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
         lines += ["", "A2C's anchor is its score after 40 M frames; at each run's frames/s that many frames take: "
                   + "; ".join(f"{r['game']} {40e6 / r['fps'] / 3600:.1f} h ({_num(r['frames'] / 1e6, 1)} M in "
                               f"{_num(r['minutes'], 0)} min)" for r in slow) + "."]
-    close = [(r, label) for r in rows for label in close_calls(r)]
+    close = [(r, key) for r in rows for key in close_calls(r)]
     if close:
-        key = {label: key for key, label in ANCHORS.items()}
-        lines += ["", "Ended within 20 % of a line on fewer than 3 seeds (more seeds settle these): " + "; ".join(
-            f"{r['game']} ({label}: {_num(r['final'])} against {_num(r[key[label]])}, {r['seeds']} seed"
-            f"{'s' if r['seeds'] != 1 else ''})" for r, label in close) + "."]
+        lines += ["", f"Ended within {CLOSE_MARGIN * 100:g} % of a line on fewer than {SEEDS_TO_SETTLE} seeds (more seeds "
+                  "settle these): " + "; ".join(
+                      f"{r['game']} ({ANCHORS[key]}: {_num(r['final'])} against {_num(r[key])}, {r['seeds']} seed"
+                      f"{'s' if r['seeds'] != 1 else ''})" for r, key in close) + "."]
     lines += ["", f"Beat CPU A3C's four-day score within the budget: {sum(r['beat_a3c_4days'] for r in beat_a3c)} "
               f"of {len(beat_a3c)} games run; A2C's 40 M-frame score: {sum(r['beat_a2c_40m'] for r in beat_a2c)} of "
               f"{len(beat_a2c)}; left random play (final rolling-100 at least 10 % of the way from random to CPU "
