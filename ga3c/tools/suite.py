@@ -293,8 +293,8 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
                               f"{_num(r['minutes'], 0)} min)" for r in slow) + "."]
     close = [(r, key) for r in rows for key in close_calls(r)]
     if close:
-        lines += ["", f"Ended within {CLOSE_MARGIN * 100:g} % of a line on fewer than {SEEDS_TO_SETTLE} seeds (more seeds "
-                  "settle these): " + "; ".join(
+        lines += ["", f"Ended within {CLOSE_MARGIN * 100:g} % of a line on fewer than {SEEDS_TO_SETTLE} seeds "
+                  "(more seeds settle these): " + "; ".join(
                       f"{r['game']} ({ANCHORS[key]}: {_num(r['final'])} against {_num(r[key])}, {r['seeds']} seed"
                       f"{'s' if r['seeds'] != 1 else ''})" for r, key in close) + "."]
     lines += ["", f"Beat CPU A3C's four-day score within the budget: {sum(r['beat_a3c_4days'] for r in beat_a3c)} "
