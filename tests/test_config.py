@@ -79,6 +79,15 @@ def test_boxing_takes_its_measured_entropy_weight_and_the_paper_still_overrides_
     assert compose_config("game=boxing", "experiment=paper").learner.beta == 0.01
 
 
+def test_amidar_takes_its_measured_entropy_schedule_and_the_paper_keeps_beta_constant():
+    amidar = compose_config("game=amidar")
+    validate(amidar)
+    assert (amidar.learner.beta, amidar.learner.beta_decay_updates, amidar.learner.beta_final) == (0.01, 20000, 0.001)
+    assert amidar.net.hidden == 512   # the large net, as every Atari game without its own net
+    assert compose_config("game=breakout").learner.beta_decay_updates == 0   # other games: 0.01 throughout
+    assert compose_config("game=amidar", "experiment=paper").learner.beta_decay_updates == 0
+
+
 def test_any_gymnasium_id_works_with_one_override():
     cfg = compose_config("game=cartpole", "game.id=Acrobot-v1")
     validate(cfg)

@@ -153,6 +153,13 @@ def test_a_game_folder_without_a_table_row_joins_the_table_as_a_finished_run(tmp
     assert row["reach"]["CPU A3C 4 d"] == (3600, 12e6) and row["beat_a3c_4days"] and row["left_random"]
     assert row["curves"][0]["frames"] == [1e5, 3e6, 12e6] and row["hns"] == 0.4
     assert included_row(dict(name="h"), [tmp_path], [15]) is None
+    # the table's row stands for the folder while it is of the same runs, and not once they are replaced
+    (tmp_path / "suite.json").write_text(json.dumps([dict(row, curves=None, final=49.0)]))
+    assert included_row(game, [tmp_path], [15, 60])["final"] == 49.0
+    (folder / "seed0_metrics.csv").write_text("wall_seconds,frames,score_mean_100,fps\n60,1e5,,1666\n"
+                                               "3600,13e6,70.0,3611\n")
+    replaced = included_row(game, [tmp_path], [15, 60])
+    assert (replaced["final"], replaced["frames"], replaced["curves"][0]["frames"]) == (70.0, 13e6, [1e5, 13e6])
 
 
 def test_suite_bad_game_is_one_line(tmp_path):

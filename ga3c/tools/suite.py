@@ -212,17 +212,22 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
 def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> dict | None:
     """`game`'s row from the first earlier results folder (suite.include) that has it: a row of its suite table,
     with the curves of the GAME/seedN_metrics.csv beside it, or else a game folder of its own (GAME/ with
-    seedN_metrics.csv, random.json, seedN_eval.json and learncurve's manifest.json), read as a finished run.
+    seedN_metrics.csv, random.json, seedN_eval.json and learncurve's manifest.json), read as a finished run;
+    the folder too where its runs' frames are not the row's (the runs were replaced after the table was written).
     Games measured on other days or hosts join one table."""
     name = game["name"]
     for folder in folders:
         seed_csvs = {int(path.stem.split("_")[0][4:]): path
                      for path in sorted((folder / name).glob("seed*_metrics.csv"))}
+        curves = {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}
         row = next((r for r in read_json_list(folder / "suite.json") if r.get("game") == name), None)
+        if row is not None and curves and row.get("frames") != _median([c["frames"][-1] for c in curves.values()]):
+            log.warning("%s: %s's row is not of the runs in %s (they were replaced); reading the runs",
+                        name, folder / "suite.json", folder / name)
+            row = None
         if row is not None:
             log.info("%s: not run here; its row from %s", name, folder / "suite.json")
-            return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()},
-                    "curves": {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}}
+            return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
         if seed_csvs:
             log.info("%s: not run here; its row from the game folder %s", name, folder / name)
             manifest = read_json(folder / name / "manifest.json") or {}
