@@ -219,15 +219,14 @@ def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> di
     for folder in folders:
         seed_csvs = {int(path.stem.split("_")[0][4:]): path
                      for path in sorted((folder / name).glob("seed*_metrics.csv"))}
-        curves = {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}
         row = next((r for r in read_json_list(folder / "suite.json") if r.get("game") == name), None)
-        if row is not None and curves and row.get("frames") != _median([c["frames"][-1] for c in curves.values()]):
+        if row is not None:
+            curves = {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}
+            if not curves or row.get("frames") == _median([c["frames"][-1] for c in curves.values()]):
+                log.info("%s: not run here; its row from %s", name, folder / "suite.json")
+                return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
             log.warning("%s: %s's row is not of the runs in %s (they were replaced); reading the runs",
                         name, folder / "suite.json", folder / name)
-            row = None
-        if row is not None:
-            log.info("%s: not run here; its row from %s", name, folder / "suite.json")
-            return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
         if seed_csvs:
             log.info("%s: not run here; its row from the game folder %s", name, folder / name)
             manifest = read_json(folder / name / "manifest.json") or {}
