@@ -75,6 +75,18 @@ GymId = _string(r"^(?:[\w.]+:)?(?:[\w:-]+/)?[\w:.-]+?(?:-v\d+)?$",
 Overrides = Annotated[list[Text], Allowed("a list of train.py overrides")]
 
 
+def _is_seeds(value) -> bool:
+    """A count N (seeds 0 .. N-1) or a list of distinct seed numbers (seeds=[2]: a third seed of a study)."""
+    if _is_int(value):
+        return 1 <= value <= 1000
+    return (isinstance(value, list) and 0 < len(value) <= 1000
+            and all(_is_int(seed) and 0 <= seed <= 2**32 - 1 for seed in value) and len(set(value)) == len(value))
+
+
+Seeds = _checked(_is_seeds, "a number of seeds in [1, 1000] or a non-empty list of distinct seed numbers >= 0",
+                 (0, 1001, [], [1, 1], [-1], [True]))
+
+
 def _ranged_list(item, text: str, min_length: int = 0, max_length: int | None = None):
     return Annotated[list[item], Field(min_length=min_length, max_length=max_length), Allowed(text)]
 
@@ -249,7 +261,7 @@ class Run(Section):
     net: dict            # checked by its class (NETS)
     trainer: dict = None  # checked as Lightning Trainer keywords (Trainer)
     video: Video = None
-    seeds: int = Field(None, ge=1, le=1000)          # learncurve, suite
+    seeds: Seeds = None                              # learncurve, suite
     minutes: Positive = None
     learncurve: Learncurve = None
     games: _ranged_list(Name, "a non-empty list of game names", 1) = None   # suite

@@ -162,6 +162,25 @@ def test_a_game_folder_without_a_table_row_joins_the_table_as_a_finished_run(tmp
     assert (replaced["final"], replaced["frames"], replaced["curves"][0]["frames"]) == (70.0, 13e6, [1e5, 13e6])
 
 
+def test_a_game_whose_seeds_ran_on_two_machines_names_each_machines_seeds(tmp_path):
+    # seeds added later on another host (learncurve seeds=[1]): the manifest's run_hosts name each seed's machine
+    game = dict(name="g", id="ALE/G-v5", thresholds=[10], anchors=dict(human=110.0, a3c_4days=40.0, a2c_40m=None))
+    folder = tmp_path / "g"
+    folder.mkdir()
+    for seed in (0, 1):
+        (folder / f"seed{seed}_metrics.csv").write_text("wall_seconds,frames,score_mean_100\n3600,12e6,50.0\n")
+    epyc = dict(cpu_model="AMD EPYC", cores=2, native_bf16=False)
+    xeon = dict(cpu_model="Xeon", cores=2, native_bf16=True)
+    (folder / "manifest.json").write_text(json.dumps(dict(host=epyc, run_hosts={"ga3c": {"0": epyc, "1": xeon}})))
+    row = included_row(game, [tmp_path], [60])
+    assert row["seeds"] == 2 and row["seed_hosts"] == {0: epyc, 1: xeon}
+    assert ("Hosts (minutes and frames/s depend on the CPU; frames do not): AMD EPYC, 2 cores, no native bf16 "
+            "(g seed 0); Xeon, 2 cores, native bf16 (g seed 1).") in markdown([row], "t", [60], 30)
+    (folder / "manifest.json").write_text(json.dumps(dict(host=epyc, run_hosts={"ga3c": {"0": epyc, "1": epyc}})))
+    row = included_row(game, [tmp_path], [60])
+    assert "seed_hosts" not in row and "AMD EPYC, 2 cores, no native bf16 (g)." in markdown([row], "t", [60], 30)
+
+
 def test_suite_bad_game_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ga3c.tools.suite", "games=[pong,pongg]", f"hydra.run.dir={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -99,6 +99,30 @@ def test_learncurve_end_to_end_on_cartpole_two_arms(tmp_path):
     assert_no_leftovers(str(tmp_path))
 
 
+def test_a_list_of_seeds_adds_those_seeds_only_and_records_where_each_ran(tmp_path):
+    # seeds=[3]: a fourth seed of a study whose first three ran elsewhere; analyze_only reads it without training
+    write_run(tmp_path / "ga3c" / "seed3", [(60, 1e4, 20.0), (120, 2e4, 480.0)])
+    host = dict(cpu_model="Intel(R) Xeon(R) Processor", cores=2, native_bf16=True)
+    (tmp_path / "ga3c" / "seed3" / "manifest.json").write_text(json.dumps(dict(commit="abc1234", host=host)))
+    done = subprocess.run([sys.executable, "-m", "ga3c.tools.learncurve", "game=cartpole", "seeds=[3]", "minutes=2",
+                           "learncurve.analyze_only=true", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "learncurve.json").read_text())
+    assert list(results["arms"]["ga3c"]["seeds"]) == ["3"] and not (tmp_path / "ga3c" / "seed0").exists()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["seeds"] == [3] and manifest["run_commits"] == {"ga3c": {"3": "abc1234"}}
+    assert manifest["run_hosts"] == {"ga3c": {"3": host}}
+    assert "(1 seed, 2 min each)" in (tmp_path / "learncurve.md").read_text()
+
+
+def test_seeds_is_a_count_or_a_list_of_seed_numbers():
+    # what seeds may not be (0, [], [1, 1], [-1], ...) is tests/test_validation.py's, from ga3c/schema.py's Seeds
+    from ga3c.tools.learncurve import seed_numbers
+
+    assert seed_numbers(3) == [0, 1, 2] and seed_numbers(OmegaConf.create([4, 2])) == [2, 4]
+
+
 def test_bad_arm_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ga3c.tools.learncurve", "learncurve.arms=[nope]",
                            f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=60)

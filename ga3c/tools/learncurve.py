@@ -51,6 +51,13 @@ def user_overrides() -> list[str]:
     return [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(OWN_KEYS)]
 
 
+def seed_numbers(seeds) -> list[int]:
+    """`seeds` (a count N, or a list of seed numbers) as the seeds to run: 0 .. N-1, or the list. A list adds
+    seeds to a study whose others ran elsewhere (seeds=[2] beside results holding seeds 0 and 1)."""
+    seeds = OmegaConf.to_container(seeds) if OmegaConf.is_list(seeds) else seeds
+    return list(range(seeds)) if isinstance(seeds, int) else sorted(int(seed) for seed in seeds)
+
+
 def run_command(cfg: DictConfig, arm: str, arm_overrides: list[str], seed: int, run_dir: Path) -> list[str]:
     overrides = user_overrides() + list(arm_overrides)
     if "algo=a3c" in overrides and not any(o.startswith("agents=") for o in arm_overrides):
@@ -283,7 +290,7 @@ def log_wandb(cfg: DictConfig, results: dict, paths: dict[str, Path], out: Path)
 
     run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=cfg.wandb.group, dir=str(out),
                      job_type="learncurve", mode=cfg.wandb.mode, name=f"learncurve-{cfg.game.name}",
-                     config=dict(game=cfg.game.name, seeds=int(cfg.seeds), minutes=float(cfg.minutes),
+                     config=dict(game=cfg.game.name, seeds=seed_numbers(cfg.seeds), minutes=float(cfg.minutes),
                                  arms={a: list(cfg.learncurve.arm_overrides[a]) for a in cfg.learncurve.arms}))
     try:
         table = wandb.Table(columns=["arm", "seed", "threshold", "seconds", "frames", "final_score"])
@@ -309,9 +316,7 @@ def main(cfg: DictConfig) -> None:
 
     try:
         validate(cfg)
-        seeds, minutes = cfg.seeds, cfg.minutes
-        if not (isinstance(seeds, int) and seeds >= 1):
-            raise ConfigError(f"seeds must be an integer >= 1, got {seeds!r}")
+        seeds, minutes = seed_numbers(cfg.seeds), cfg.minutes   # validate() checked seeds
         if not (isinstance(minutes, (int, float)) and not isinstance(minutes, bool) and minutes > 0):
             raise ConfigError(f"minutes must be a number > 0, got {minutes!r}")
         names, known = OmegaConf.to_container(cfg.learncurve.arms), cfg.learncurve.arm_overrides
@@ -329,7 +334,7 @@ def main(cfg: DictConfig) -> None:
         print(f"ga3c: error: {error}", file=sys.stderr)
         sys.exit(2)
     out = Path(cfg.output_dir)
-    runs = {arm: {seed: out / arm / f"seed{seed}" for seed in range(seeds)} for arm in arms}
+    runs = {arm: {seed: out / arm / f"seed{seed}" for seed in seeds} for arm in arms}
     if not cfg.learncurve.analyze_only:
         for arm, overrides in arms.items():
             for seed, run_dir in runs[arm].items():
@@ -348,15 +353,18 @@ def main(cfg: DictConfig) -> None:
                 if code:
                     log.warning("%s seed %d: train.py exited with %d (see %s); its curve so far is used",
                                 arm, seed, code, run_dir / "train.log")
-    title = f"{cfg.game.name}: score against wall time ({seeds} seeds, {minutes:g} min each)"
+    count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
+    title = f"{cfg.game.name}: score against wall time ({count}, {minutes:g} min each)"
     results = analyze(runs, [float(t) for t in thresholds])
     paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
     from ga3c.tools.manifest import write_manifest
 
     run_commits = {arm: {seed: (read_json(run_dir / "manifest.json") or {}).get("commit")
                          for seed, run_dir in seeds_.items()} for arm, seeds_ in runs.items()}
+    run_hosts = {arm: {seed: (read_json(run_dir / "manifest.json") or {}).get("host")   # where each run ran
+                       for seed, run_dir in seeds_.items()} for arm, seeds_ in runs.items()}
     paths["manifest"] = write_manifest(out, "ga3c.tools.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
-                                       run_commits=run_commits,
+                                       run_commits=run_commits, run_hosts=run_hosts,
                                        minutes=float(minutes), frames_per_second={
                                            arm: {seed: s["fps"] for seed, s in data["seeds"].items()}
                                            for arm, data in results["arms"].items()})

@@ -3,6 +3,7 @@
     python -m ga3c.tools.suite seeds=1 minutes=60                          # the 11 games of the paper's Table 3
     python -m ga3c.tools.suite 'games=[breakout,spaceinvaders]' seeds=1 minutes=60 hydra.run.dir=runs/suite
     python -m ga3c.tools.suite suite.analyze_only=true hydra.run.dir=runs/suite   # only read what has finished
+    python -m ga3c.tools.suite 'games=[boxing]' 'seeds=[2]' minutes=60 hydra.run.dir=runs/more   # one more seed
     python -m ga3c.tools.suite suite.analyze_only=true 'suite.include=[results/suite]' hydra.run.dir=runs/suite
         # one table: games with no run in runs/suite take their rows (and curves) from an earlier results
         # folder: its suite table, or a game folder of its own (results/suite/GAME)
@@ -108,7 +109,8 @@ def wandb_group(cfg: DictConfig) -> str:
 
 def learncurve_command(game: str, cfg: DictConfig, out: Path) -> list[str]:
     overrides = [o for o in user_overrides() if not sets_wandb_group(o)]
-    return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={cfg.seeds}", f"minutes={cfg.minutes}",
+    seeds = cfg.seeds if isinstance(cfg.seeds, int) else f"[{','.join(map(str, learncurve.seed_numbers(cfg.seeds)))}]"
+    return [sys.executable, "-m", "ga3c.tools.learncurve", f"game={game}", f"seeds={seeds}", f"minutes={cfg.minutes}",
             *overrides, f"wandb.group={wandb_group(cfg)}", f"hydra.run.dir={relative(out)}"]
 
 
@@ -159,11 +161,13 @@ def _median(values: list[float]) -> float:
 
 
 def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict[int, dict | None],
-             minutes_at: list[float], host: dict | None = None, fps: dict[int, float] | None = None) -> dict:
+             minutes_at: list[float], host: dict | None = None, fps: dict[int, float] | None = None,
+             seed_hosts: dict[int, dict | None] | None = None) -> dict:
     """One game's figures: medians over its seeds, a never-reached threshold counted as slowest. `runs`: each
     seed's run directory, or the metrics CSV extracted from it. `host`: the machine the runs were made on
-    (their learncurve manifest), since the minutes depend on its CPU; `fps`: each seed's frames/s where the run
-    directory (its summary.json) is not at hand."""
+    (their learncurve manifest), since the minutes depend on its CPU, and `seed_hosts` each seed's where known
+    (seeds added on another machine); `fps`: each seed's frames/s where the run directory (its summary.json) is
+    not at hand."""
     anchors = {k: v for k, v in (game.get("anchors") or {}).items() if v is not None}
     thresholds = sorted(float(t) for t in (game.get("thresholds") or []))
     targets = {**{f"{t:g}": t for t in thresholds}, **{ANCHORS.get(k, k): float(v) for k, v in anchors.items()
@@ -205,7 +209,11 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
         row[f"beat_{key}"] = (bool(math.isfinite(row["reach"][ANCHORS[key]][0])) if key in anchors and seeds
                               else None)
     row["curves"] = {seed: s["curve"] for seed, s in seeds.items()}
-    row["host"] = host
+    hosts = {seed: (seed_hosts or {}).get(seed) or host for seed in seeds}
+    distinct = {json.dumps(h, sort_keys=True) for h in hosts.values()}
+    row["host"] = next(iter(hosts.values())) if len(distinct) == 1 else host
+    if len(distinct) > 1:   # the Hosts line then names each machine's seeds
+        row["seed_hosts"] = hosts
     return row
 
 
@@ -233,8 +241,10 @@ def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> di
             fps = {int(seed): value for per_arm in (manifest.get("frames_per_second") or {}).values()
                    for seed, value in per_arm.items()}
             evals = {seed: read_json(folder / name / f"seed{seed}_eval.json") for seed in seed_csvs}
+            seed_hosts = {int(seed): value for per_arm in (manifest.get("run_hosts") or {}).values()
+                          for seed, value in per_arm.items()}
             return game_row(game, read_json(folder / name / "random.json"), seed_csvs, evals, minutes_at,
-                            manifest.get("host"), fps)
+                            manifest.get("host"), fps, seed_hosts)
     return None
 
 
@@ -287,7 +297,14 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
     beat_a2c = [r for r in rows if r["beat_a2c_40m"] is not None]
     hosts: dict[str, list[str]] = {}
     for r in rows:
-        hosts.setdefault(_host_name(r.get("host")), []).append(r["game"])
+        by_host: dict[str, list[str]] = {}
+        for seed, host in (r.get("seed_hosts") or {}).items():
+            by_host.setdefault(_host_name(host), []).append(str(seed))
+        if len(by_host) > 1:   # seeds of one game run on different machines
+            for name, seeds in by_host.items():
+                hosts.setdefault(name, []).append(f"{r['game']} seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}")
+        else:
+            hosts.setdefault(_host_name(r.get("host")), []).append(r["game"])
     lines += ["", "Hosts (minutes and frames/s depend on the CPU; frames do not): " + "; ".join(
         f"{name} ({', '.join(games)})" for name, games in hosts.items()) + "."]
     slow = [r for r in rows if r["beat_a2c_40m"] is False and r["fps"] == r["fps"] and r["fps"] > 0]
@@ -373,7 +390,8 @@ def log_wandb(cfg: DictConfig, rows: list[dict], paths: dict, out: Path) -> None
 
     run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=wandb_group(cfg), dir=str(out),
                      job_type="suite", mode=cfg.wandb.mode, name=f"suite-{out.name}",
-                     config=dict(games=list(cfg.games), seeds=int(cfg.seeds), minutes=float(cfg.minutes)))
+                     config=dict(games=list(cfg.games), seeds=learncurve.seed_numbers(cfg.seeds),
+                                 minutes=float(cfg.minutes)))
     try:
         columns = ["game", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "frames", "fps"]
         table = wandb.Table(columns=columns, data=[[r[c] if r[c] == r[c] else None for c in columns] for r in rows])
@@ -414,11 +432,12 @@ def main(cfg: DictConfig) -> None:
     arm = str(cfg.learncurve.arms[0])
     minutes_at = [float(m) for m in cfg.suite.score_at_minutes]
     include = [Path(hydra.utils.to_absolute_path(str(f))) for f in cfg.suite.include]
-    title = f"Atari suite, {arm}: {cfg.seeds} seed(s) x {cfg.minutes:g} min per game"
+    seeds = learncurve.seed_numbers(cfg.seeds)
+    title = f"Atari suite, {arm}: {len(seeds)} seed(s) x {cfg.minutes:g} min per game"
     rows = []
     for name, game in configs.items():
         game_out = out / name
-        runs = {seed: game_out / arm / f"seed{seed}" for seed in range(int(cfg.seeds))}
+        runs = {seed: game_out / arm / f"seed{seed}" for seed in seeds}
         earlier = included_row(game, include, minutes_at) if cfg.suite.analyze_only else None
         if earlier and not any((run_dir / "metrics.jsonl").exists() for run_dir in runs.values()):
             rows.append(earlier)
@@ -437,7 +456,8 @@ def main(cfg: DictConfig) -> None:
                  for seed, run_dir in runs.items()
                  if learncurve.finished(run_dir, float(cfg.minutes)) and int(cfg.suite.eval_episodes) > 0}
         host = (read_json(game_out / "manifest.json") or {}).get("host")   # learncurve's: where the runs ran
-        rows.append(game_row(game, random, runs, evals, minutes_at, host))
+        seed_hosts = {seed: (read_json(run_dir / "manifest.json") or {}).get("host") for seed, run_dir in runs.items()}
+        rows.append(game_row(game, random, runs, evals, minutes_at, host, seed_hosts=seed_hosts))
         for seed, run_dir in runs.items():   # each curve small enough to commit beside the table
             if (run_dir / "metrics.jsonl").exists():
                 extract(run_dir, game_out / f"seed{seed}_metrics.csv")
@@ -445,7 +465,7 @@ def main(cfg: DictConfig) -> None:
     from ga3c.tools.manifest import write_manifest
 
     fps = {r["game"]: r["fps"] for r in rows}
-    write_manifest(out, "ga3c.tools.suite", games=list(configs), seeds=int(cfg.seeds), minutes=float(cfg.minutes),
+    write_manifest(out, "ga3c.tools.suite", games=list(configs), seeds=seeds, minutes=float(cfg.minutes),
                    frames_per_second=fps)
     log_wandb(cfg, rows, paths, out)
     print(paths["md"].read_text())
