@@ -359,10 +359,10 @@ def main(cfg: DictConfig) -> None:
     paths = write_results(results, out, title, int(cfg.learncurve.grid_points))
     from ga3c.tools.manifest import write_manifest
 
-    run_commits = {arm: {seed: (read_json(run_dir / "manifest.json") or {}).get("commit")
-                         for seed, run_dir in seeds_.items()} for arm, seeds_ in runs.items()}
-    run_hosts = {arm: {seed: (read_json(run_dir / "manifest.json") or {}).get("host")   # where each run ran
-                       for seed, run_dir in seeds_.items()} for arm, seeds_ in runs.items()}
+    run_manifests = {arm: {seed: read_json(run_dir / "manifest.json") or {} for seed, run_dir in seeds_.items()}
+                     for arm, seeds_ in runs.items()}
+    run_commits = {arm: {seed: m.get("commit") for seed, m in seeds_.items()} for arm, seeds_ in run_manifests.items()}
+    run_hosts = {arm: {seed: m.get("host") for seed, m in seeds_.items()} for arm, seeds_ in run_manifests.items()}
     paths["manifest"] = write_manifest(out, "ga3c.tools.learncurve", game=cfg.game.name, arms=arms, seeds=seeds,
                                        run_commits=run_commits, run_hosts=run_hosts,
                                        minutes=float(minutes), frames_per_second={

@@ -217,6 +217,11 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
     return row
 
 
+def by_seed(per_arm: dict | None) -> dict:
+    """A learncurve manifest's {arm: {seed: value}} (frames_per_second, run_hosts) as {seed: value}."""
+    return {int(seed): value for values in (per_arm or {}).values() for seed, value in values.items()}
+
+
 def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> dict | None:
     """`game`'s row from the first earlier results folder (suite.include) that has it: a row of its suite table,
     with the curves of the GAME/seedN_metrics.csv beside it, or else a game folder of its own (GAME/ with
@@ -238,13 +243,10 @@ def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> di
         if seed_csvs:
             log.info("%s: not run here; its row from the game folder %s", name, folder / name)
             manifest = read_json(folder / name / "manifest.json") or {}
-            fps = {int(seed): value for per_arm in (manifest.get("frames_per_second") or {}).values()
-                   for seed, value in per_arm.items()}
             evals = {seed: read_json(folder / name / f"seed{seed}_eval.json") for seed in seed_csvs}
-            seed_hosts = {int(seed): value for per_arm in (manifest.get("run_hosts") or {}).values()
-                          for seed, value in per_arm.items()}
             return game_row(game, read_json(folder / name / "random.json"), seed_csvs, evals, minutes_at,
-                            manifest.get("host"), fps, seed_hosts)
+                            manifest.get("host"), by_seed(manifest.get("frames_per_second")),
+                            by_seed(manifest.get("run_hosts")))
     return None
 
 
