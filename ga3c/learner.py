@@ -162,9 +162,10 @@ class Learner(pl.LightningModule):
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
                  normalize_advantage: bool = False, warmup_updates: int = 0, lr_decay_updates: int = 0,
                  lr_final_scale: float = 0.0, epochs: int = 1, ppo_clip: float = 0.0,
-                 beta_decay_updates: int = 0, beta_final: float = 0.001):
+                 beta_decay_updates: int = 0, beta_final: float = 0.001, beta_decay_start: int = 0):
         super().__init__()
         self.beta_decay_updates, self.beta_final = beta_decay_updates, beta_final
+        self.beta_decay_start = beta_decay_start
         self.epochs, self.ppo_clip = epochs, ppo_clip
         self.warmup_updates = warmup_updates
         self.lr_decay_updates, self.lr_final_scale = lr_decay_updates, lr_final_scale
@@ -258,11 +259,12 @@ class Learner(pl.LightningModule):
         return scale
 
     def beta_at(self, update: int) -> float:
-        """The entropy weight at `update` (counted from 0): beta, moved linearly to beta_final over
-        beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
+        """The entropy weight at `update` (counted from 0): beta until beta_decay_start, then moved linearly to
+        beta_final over beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
         if not self.beta_decay_updates:
             return self.beta
-        return linear_decay(self.beta, self.beta_final, update, self.beta_decay_updates)
+        return linear_decay(self.beta, self.beta_final, max(0, update - self.beta_decay_start),
+                            self.beta_decay_updates)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())

@@ -98,6 +98,7 @@ class Learner(Section):
     gae_lambda: Fraction
     beta: NonNegative
     beta_decay_updates: int = Field(ge=0, description="0 = off")
+    beta_decay_start: int = Field(ge=0, description="updates at beta before the schedule starts")
     beta_final: NonNegative
     log_epsilon: Fraction
     value_coef: NonNegative

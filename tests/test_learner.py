@@ -114,7 +114,7 @@ def test_learning_rate_decays_linearly_after_the_warm_up_and_holds_at_the_final_
 
 def test_entropy_weight_moves_linearly_to_its_final_value_and_the_loss_uses_it_at_each_update():
     """learner.beta_decay_updates / beta_final: beta at update 0, beta_final from beta_decay_updates on, linear
-    between; each update's loss is policy - beta(update) x entropy + value_coef x value, with beta published."""
+    between (after beta_decay_start updates at beta when it is set); each update's loss is policy - beta(update) x entropy + value_coef x value, with beta published."""
     import pytorch_lightning as pl
 
     model = MLPActorCritic((4,), 2, [8])
@@ -122,6 +122,8 @@ def test_entropy_weight_moves_linearly_to_its_final_value_and_the_loss_uses_it_a
                       beta_final=0.002, reduction="mean")
     assert [learner.beta_at(u) for u in range(6)] == pytest.approx([0.01, 0.008, 0.006, 0.004, 0.002, 0.002])
     assert Learner(model, lambda p: None, beta=0.01).beta_at(10 ** 6) == 0.01   # 0 = off: beta throughout
+    late = Learner(model, lambda p: None, beta=0.01, beta_decay_updates=4, beta_final=0.002, beta_decay_start=3)
+    assert [late.beta_at(u) for u in range(9)] == pytest.approx([0.01] * 4 + [0.008, 0.006, 0.004, 0.002, 0.002])
     n = 6
     batch = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), returns=torch.randn(n),
                  versions=torch.zeros(n, dtype=torch.long))
