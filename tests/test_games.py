@@ -126,6 +126,12 @@ def test_a_game_row_holds_anchors_thresholds_scores_at_minutes_and_normalised_sc
     assert ("Ended within 20 % of a line on fewer than 3 seeds (more seeds settle these): g (A2C 40 M: 70.0 against "
             "80.0, 2 seeds).") in markdown([close], "t", [15, 30, 60], 30)
     assert "within 20 % of a line" not in markdown([dict(close, seeds=3)], "t", [15, 30, 60], 30)
+    one_eval = game_row(game, dict(mean=10.0, episodes=30), {0: tmp_path / "s0", 1: tmp_path / "s1"},
+                        {1: dict(score_mean=50.0)}, [15, 30, 60])   # seed 0 kept no checkpoint
+    assert (row["eval_seeds"], one_eval["eval"], one_eval["eval_seeds"]) == (2, 50.0, 1)
+    assert one_eval["hns_eval"] != one_eval["hns_eval"]   # not normalised as if it were the row's
+    assert "| 55.0 | 50.0 (1 of 2 seeds) |" in markdown([one_eval], "t", [15, 30, 60], 30)
+    assert "| 55.0 | 60.0 |" in table
 
 
 def test_a_game_that_stays_at_random_play_is_reported_so(tmp_path):

@@ -190,6 +190,7 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
                **{k: anchors.get(k, math.nan) for k in ANCHORS}, targets=targets)
     row["final"] = _median([s["final"] for s in seeds.values()])
     row["eval"] = _median([s["eval"] for s in seeds.values()])
+    row["eval_seeds"] = sum(s["eval"] == s["eval"] for s in seeds.values())   # seeds kept no checkpoint
     row["frames"] = _median([s["frames"] for s in seeds.values()])
     row["minutes"] = _median([s["minutes"] for s in seeds.values()])
     row["fps"] = _median([s["fps"] for s in seeds.values()])
@@ -199,7 +200,8 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
                     for name in targets} if seeds else {}
     span = row["human"] - row["random"]
     row["hns"] = (row["final"] - row["random"]) / span if span == span and span != 0 else math.nan
-    row["hns_eval"] = (row["eval"] - row["random"]) / span if span == span and span != 0 else math.nan
+    row["hns_eval"] = ((row["eval"] - row["random"]) / span if span == span and span != 0
+                       and row["eval_seeds"] == row["seeds"] else math.nan)
     a3c = anchors.get("a3c_4days")
     # "left random play": at least 10 % of the way from our random score to CPU A3C's four-day score
     row["left_random"] = (bool(row["final"] >= row["random"] + 0.1 * (a3c - row["random"]))
@@ -268,6 +270,13 @@ def _reach(pair) -> str:
     return "—" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min / {frames / 1e6:.1f} M"
 
 
+def _eval_cell(row: dict) -> str:
+    """The evaluation's median, saying over how many seeds when some seeds have none (their checkpoints were
+    not kept): a median of the evaluated seeds alone is not the row's."""
+    cell, evaluated = _num(row["eval"]), row.get("eval_seeds", row["seeds"])
+    return cell if cell == "—" or evaluated >= row["seeds"] else f"{cell} ({evaluated} of {row['seeds']} seeds)"
+
+
 def close_calls(row: dict) -> list[str]:
     """The anchors (ANCHORS' keys) `row`'s final score ended within CLOSE_MARGIN of, either side, on fewer than
     SEEDS_TO_SETTLE seeds: one seed's pass or miss there is not a result, a median over more seeds is."""
@@ -289,7 +298,7 @@ def markdown(rows: list[dict], title: str, minutes_at: list[float], eval_episode
                                if name not in ANCHORS.values()) if r["reach"] else "—"
         lines.append("| " + " | ".join([
             r["game"], str(r["seeds"]), _num(r["random"]), _num(r["human"]), _num(r["a3c_4days"]),
-            _num(r["a2c_40m"]), *[_num(r["at"][m]) for m in at], _num(r["eval"]),
+            _num(r["a2c_40m"]), *[_num(r["at"][m]) for m in at], _eval_cell(r),
             f"{_num(r['hns'], 2)} / {_num(r['hns_eval'], 2)}", _num(r["frames"] / 1e6, 2) + " M",
             _num(r["fps"], 0),
             _reach(r["reach"][ANCHORS["a3c_4days"]]) if ANCHORS["a3c_4days"] in r["reach"] else "—",
@@ -369,8 +378,8 @@ def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[floa
     plot_grid(rows, "frames", paths["frames_png"], title + ": score against frames")
     plain = [{k: v for k, v in r.items() if k != "curves"} for r in rows]
     paths["json"].write_text(json.dumps(plain, indent=1, default=float) + "\n")
-    flat_keys = ["game", "seeds", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "hns", "hns_eval",
-                 "frames", "fps", "minutes", "left_random", "beat_a3c_4days", "beat_a2c_40m"]
+    flat_keys = ["game", "seeds", "random", "human", "a3c_4days", "a2c_40m", "final", "eval", "eval_seeds", "hns",
+                 "hns_eval", "frames", "fps", "minutes", "left_random", "beat_a3c_4days", "beat_a2c_40m"]
     with open(paths["csv"], "w", newline="") as handle:
         writer = csv.writer(handle)
         names = sorted({n for r in rows for n in r["reach"]}, key=str)
@@ -378,7 +387,7 @@ def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[floa
                         + [f"seconds_to_{n}" for n in names] + [f"frames_to_{n}" for n in names])
         for r in rows:
             reach = [r["reach"].get(n, (math.nan, math.nan)) for n in names]
-            writer.writerow([r[k] for k in flat_keys] + [r["at"][f"{m:g}"] for m in minutes_at]
+            writer.writerow([r.get(k) for k in flat_keys] + [r["at"][f"{m:g}"] for m in minutes_at]
                             + [p[0] for p in reach] + [p[1] for p in reach])
     return paths
 
