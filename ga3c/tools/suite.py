@@ -190,7 +190,7 @@ def game_row(game: dict, random: dict | None, runs: dict[int, Path], evals: dict
                **{k: anchors.get(k, math.nan) for k in ANCHORS}, targets=targets)
     row["final"] = _median([s["final"] for s in seeds.values()])
     row["eval"] = _median([s["eval"] for s in seeds.values()])
-    row["eval_seeds"] = sum(s["eval"] == s["eval"] for s in seeds.values())   # seeds kept no checkpoint
+    row["eval_seeds"] = sum(s["eval"] == s["eval"] for s in seeds.values())   # a seed with no checkpoint has none
     row["frames"] = _median([s["frames"] for s in seeds.values()])
     row["minutes"] = _median([s["minutes"] for s in seeds.values()])
     row["fps"] = _median([s["fps"] for s in seeds.values()])
