@@ -114,7 +114,8 @@ def test_learning_rate_decays_linearly_after_the_warm_up_and_holds_at_the_final_
 
 def test_entropy_weight_moves_linearly_to_its_final_value_and_the_loss_uses_it_at_each_update():
     """learner.beta_decay_updates / beta_final: beta at update 0, beta_final from beta_decay_updates on, linear
-    between (after beta_decay_start updates at beta when it is set); each update's loss is policy - beta(update) x entropy + value_coef x value, with beta published."""
+    between (after beta_decay_start updates at beta when it is set); each update's loss is
+    policy - beta(update) x entropy + value_coef x value, with beta published."""
     import pytorch_lightning as pl
 
     model = MLPActorCritic((4,), 2, [8])

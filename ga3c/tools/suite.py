@@ -239,7 +239,8 @@ def included_row(game: dict, folders: list[Path], minutes_at: list[float]) -> di
             curves = {seed: learncurve.read_curve(path) for seed, path in seed_csvs.items()}
             if not curves or row.get("frames") == _median([c["frames"][-1] for c in curves.values()]):
                 log.info("%s: not run here; its row from %s", name, folder / "suite.json")
-                return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves}
+                return {**row, "reach": {k: tuple(v) for k, v in row["reach"].items()}, "curves": curves,
+                        "eval_seeds": row.get("eval_seeds", row["seeds"])}   # older tables: every seed evaluated
             log.warning("%s: %s's row is not of the runs in %s (they were replaced); reading the runs",
                         name, folder / "suite.json", folder / name)
         if seed_csvs:
@@ -273,8 +274,8 @@ def _reach(pair) -> str:
 def _eval_cell(row: dict) -> str:
     """The evaluation's median, saying over how many seeds when some seeds have none (their checkpoints were
     not kept): a median of the evaluated seeds alone is not the row's."""
-    cell, evaluated = _num(row["eval"]), row.get("eval_seeds", row["seeds"])
-    return cell if cell == "—" or evaluated >= row["seeds"] else f"{cell} ({evaluated} of {row['seeds']} seeds)"
+    cell, evaluated = _num(row["eval"]), row["eval_seeds"]
+    return cell if evaluated in (0, row["seeds"]) else f"{cell} ({evaluated} of {row['seeds']} seeds)"
 
 
 def close_calls(row: dict) -> list[str]:
@@ -387,7 +388,7 @@ def write_results(rows: list[dict], out: Path, title: str, minutes_at: list[floa
                         + [f"seconds_to_{n}" for n in names] + [f"frames_to_{n}" for n in names])
         for r in rows:
             reach = [r["reach"].get(n, (math.nan, math.nan)) for n in names]
-            writer.writerow([r.get(k) for k in flat_keys] + [r["at"][f"{m:g}"] for m in minutes_at]
+            writer.writerow([r[k] for k in flat_keys] + [r["at"][f"{m:g}"] for m in minutes_at]
                             + [p[0] for p in reach] + [p[1] for p in reach])
     return paths
 
