@@ -5,12 +5,16 @@ import collections
 import json
 import math
 import os
+import logging
+import statistics
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 import pytorch_lightning as pl
+
+log = logging.getLogger(__name__)
 
 
 class Counters:
@@ -80,6 +84,16 @@ class ScoreWindow:
             self.scores.extend(float(s) for s in state.get("scores", []))
             self.lengths.extend(int(n) for n in state.get("lengths", []))
 
+    def full(self) -> bool:
+        with self._lock:
+            return len(self.scores) == self.scores.maxlen
+
+    def spread(self) -> float:
+        """The standard deviation of the window's episode scores (NaN under two episodes)."""
+        with self._lock:
+            scores = list(self.scores)
+        return statistics.stdev(scores) if len(scores) > 1 else math.nan
+
     def means(self) -> tuple[float, float]:
         """(mean score, mean length) of the window; NaN while it is empty."""
         with self._lock:
@@ -87,6 +101,55 @@ class ScoreWindow:
         if not scores:
             return math.nan, math.nan
         return sum(scores) / len(scores), sum(lengths) / len(lengths)
+
+
+class CollapseWatch:
+    """Says when learning has collapsed, so a user sees it without reading curves: each window gets
+    `warning/entropy_floor` (the policy's entropy under `entropy_floor` x log(actions): a near-deterministic
+    policy that sampling can no longer correct) and `warning/score_drop` (the rolling score has fallen back
+    by more than `score_drop` of what it gained, from the first full window to its best), both 0 or 1, and
+    `score_best_100`; `warning` names what is wrong ("" when nothing is). A warning is logged when it begins
+    and when it clears. The score rule waits for a gain larger than the first full window's spread of episode
+    scores, so the noise of a policy still at random play never counts as a fall. 0 turns a rule off."""
+
+    def __init__(self, entropy_floor: float, score_drop: float, num_actions: int):
+        self.entropy_floor = entropy_floor * math.log(num_actions) if num_actions > 1 else 0.0
+        self.score_drop = score_drop
+        self.first: float | None = None     # the first full window's mean, and its spread
+        self.first_spread = math.nan
+        self.best = -math.inf
+        self.active = ""
+
+    @classmethod
+    def from_config(cls, log_cfg, num_actions: int) -> "CollapseWatch":
+        return cls(float(log_cfg.get("entropy_floor", 0.0)), float(log_cfg.get("score_drop", 0.0)), num_actions)
+
+    def observe(self, m: dict, window: ScoreWindow) -> dict:
+        """Add the warning keys to a window's metrics `m` (its score_mean_100 and loss/entropy)."""
+        score, entropy = m.get("score_mean_100", math.nan), m.get("loss/entropy", math.nan)
+        if window.full() and score == score:
+            if self.first is None:
+                self.first, self.first_spread = score, window.spread()
+            self.best = max(self.best, score)
+        low_entropy = bool(self.entropy_floor) and entropy == entropy and entropy < self.entropy_floor
+        gain = self.best - self.first if self.first is not None else 0.0
+        dropped = (bool(self.score_drop) and gain > 0 and gain > self.first_spread and score == score
+                   and self.best - score > self.score_drop * gain)
+        reasons = []
+        if low_entropy:
+            reasons.append(f"policy entropy {entropy:.4f} under the floor {self.entropy_floor:.4f}")
+        if dropped:
+            reasons.append(f"rolling score {score:.2f} fell from its best {self.best:.2f} (first full window "
+                           f"{self.first:.2f}: {(self.best - score) / gain:.0%} of the gain lost)")
+        warning = "; ".join(reasons)
+        if warning and not self.active:
+            log.warning("learning collapse: %s", warning)
+        elif self.active and not warning:
+            log.warning("learning collapse cleared (score %.2f, entropy %.4f)", score, entropy)
+        self.active = warning
+        return m | {"score_best_100": self.best if self.best > -math.inf else math.nan,
+                    "warning/entropy_floor": int(low_entropy), "warning/score_drop": int(dropped),
+                    "warning": warning}
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -125,8 +188,8 @@ class RunOutputs:
         if self.progress:
             print(f"[{self.tag}] frames {m['frames']:>10,} | fps {m['fps']:7.0f} | pps {m['pps']:6.0f} | "
                   f"tps {m['tps']:5.1f} | score {m['score_mean_100']:8.2f} | episodes {m['episodes']:6d} | "
-                  f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}",
-                  flush=True)
+                  f"NA/NP/NT {m['agents']}/{m['predictors']}/{m['trainers']} | lag {m['policy_lag_mean']:.1f}"
+                  + (f" | WARNING {m['warning']}" if m.get("warning") else ""), flush=True)
 
 
 class Monitor(pl.Callback):
@@ -136,8 +199,9 @@ class Monitor(pl.Callback):
     """
 
     def __init__(self, server, output_dir: Path, every_seconds: float = 5.0, progress: bool = True,
-                 score_window: int = 100, stop_score: float | None = None):
+                 score_window: int = 100, stop_score: float | None = None, collapse: CollapseWatch | None = None):
         self.server, self.output_dir = server, Path(output_dir)
+        self.collapse = collapse
         self.every_seconds, self.progress = every_seconds, progress
         # score_mean_100; the run stops once the rolling mean of a full window reaches stop_score
         self.score_window = ScoreWindow(score_window, stop_score, self.wall_seconds)
@@ -222,7 +286,7 @@ class Monitor(pl.Callback):
             m[f"loss/{key}" if key in ("loss", "policy_loss", "value_loss", "entropy") else key] = float(value)
         m["policy_lag_mean"] = m.pop("policy_lag", math.nan)
         m["in_flight_steps"] = m["produced_steps"] - m["trained_steps"] - m["discarded_steps"]
-        return m
+        return self.collapse.observe(m, self.score_window) if self.collapse is not None else m
 
     def _learning_rate(self) -> float:
         optimizers = self.server.learner.trainer.optimizers if self.server.learner._trainer is not None else []

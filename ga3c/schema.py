@@ -126,6 +126,8 @@ class Log(Section):
     every_seconds: Positive
     progress: bool
     score_window: int = Field(ge=1, le=1_000_000)
+    entropy_floor: Fraction
+    score_drop: Fraction
 
 
 class Wandb(Section):

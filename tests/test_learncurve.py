@@ -75,6 +75,12 @@ def test_analyze_and_table(tmp_path):
     assert arm["median_final_score"] == pytest.approx(-3.5)
     table = markdown(results, "t")
     assert "| a | 0 | 0.2 min / 0.00 M" in table and "**—" in table
+    # whether a run holds what it learned: the lowest score after its first reach of the top threshold
+    write_run(tmp_path / "b" / "seed0", [(5, 1000, 100.0), (10, 2000, 480.0), (15, 3000, 9.0), (20, 4000, 490.0)])
+    collapsed = analyze({"b": {0: tmp_path / "b" / "seed0"}}, [475.0])
+    assert collapsed["arms"]["b"]["seeds"][0]["lowest_after_top"] == 9.0
+    assert "| 490.00 | 490.00 | 9.00 |" in markdown(collapsed, "t")
+    assert math.isnan(arm["seeds"][1]["lowest_after_top"])   # never reached 0: nothing to hold
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The monitor's score window: means, stop_score, and its carry-over through a checkpoint."""
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -84,3 +85,47 @@ def test_a_resumed_run_goes_on_with_the_score_window_of_its_checkpoint(tmp_path)
     from_a3c, from_a3c_monitor = ga3c_run(3)
     from_a3c.load_state_dict(checkpoint_run_state(a3c_checkpoint))
     assert from_a3c_monitor.score_window.means() == (6.0, 60.0)
+
+
+def test_collapse_watch_warns_on_an_entropy_collapse_and_a_fallen_score_and_clears():
+    """The CartPole collapse: a rolling score that reached 500 falls to 9 and the policy's entropy to ~0. Both
+    rules fire, the warning names them, and it clears once the run recovers; the noise of a window still at
+    random play (a gain smaller than the first window's spread) never counts as a fall."""
+    from ga3c.monitor import CollapseWatch
+
+    watch = CollapseWatch(entropy_floor=0.01, score_drop=0.5, num_actions=2)
+    window = ScoreWindow(4, None, lambda: 0.0)
+
+    def window_of(*scores, entropy=0.5):
+        for score in scores:
+            window.add(score, int(score))
+        return watch.observe({"score_mean_100": window.means()[0], "loss/entropy": entropy}, window)
+
+    m = window_of(20.0, 10.0)                      # not full yet: no baseline, nothing to say
+    assert m["warning"] == "" and math.isnan(m["score_best_100"])
+    m = window_of(30.0, 20.0)                      # first full window: mean 20, spread 8.2
+    assert m["warning"] == ""
+    m = window_of(26.0, 26.0)                      # 25.5: a gain within that spread ...
+    m = window_of(2.0, 2.0)                        # ... lost again (14): still random play's noise
+    assert (m["score_best_100"], m["warning/score_drop"], m["warning/entropy_floor"]) == (25.5, 0, 0)
+    m = window_of(500.0, 500.0, 500.0, 500.0)      # learned: best 500
+    assert m["score_best_100"] == 500.0 and m["warning"] == ""
+    m = window_of(300.0, 300.0, 300.0, 300.0)      # lost 200 of a gain of 480: under half, no warning
+    assert m["warning/score_drop"] == 0
+    m = window_of(9.0, 9.0, 9.0, 9.0, entropy=0.001)   # collapsed: both rules
+    assert (m["warning/score_drop"], m["warning/entropy_floor"]) == (1, 1)
+    assert "entropy 0.0010 under the floor 0.0069" in m["warning"] and "fell from its best 500.00" in m["warning"]
+    m = window_of(480.0, 490.0, 500.0, 500.0)      # recovered
+    assert m["warning"] == "" and watch.active == ""
+    off = CollapseWatch(entropy_floor=0.0, score_drop=0.0, num_actions=6)   # 0 turns each rule off
+    assert off.observe({"score_mean_100": 9.0, "loss/entropy": 0.0}, window)["warning"] == ""
+
+
+def test_the_collapse_warning_reaches_the_progress_line(tmp_path, capsys):
+    """A window with a warning prints it at the end of the progress line."""
+    from ga3c.monitor import RunOutputs
+
+    m = dict(frames=1, fps=1.0, pps=1.0, tps=1.0, score_mean_100=9.0, episodes=3, agents=1, predictors=1,
+             trainers=1, policy_lag_mean=0.0, warning="policy entropy 0.0000 under the floor 0.0069")
+    RunOutputs(tmp_path, True, "ga3c").print_progress(m)
+    assert capsys.readouterr().out.rstrip().endswith("| WARNING policy entropy 0.0000 under the floor 0.0069")

@@ -64,7 +64,7 @@ class A3CRun(RunControl):
         self.monitor = A3CMonitor(cfg, self.output_dir, self.agents, self.shared.optimizer,
                                   run_state=checkpoint_run_state(resumed) if resumed is not None else {},
                                   base_updates=int(a3c_state.get("updates", 0)),
-                                  frame_skip=int(game.get("frame_skip", 1) or 1))
+                                  frame_skip=int(game.get("frame_skip", 1) or 1), num_actions=num_actions)
         self.wandb_id = wandb_run_id(cfg, a3c_state.get("wandb_id"))
 
     # --- control ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ga3c.algos.a3c_agent import LOSSES, AgentProcesses
-from ga3c.monitor import RunOutputs, ScoreWindow, numeric
+from ga3c.monitor import CollapseWatch, RunOutputs, ScoreWindow, numeric
 
 
 class A3CMonitor:
@@ -20,8 +20,9 @@ class A3CMonitor:
     outputs. The run sets `start()` when the agents are ready and `finished` once they stopped."""
 
     def __init__(self, cfg: DictConfig, output_dir: Path, agents: AgentProcesses, optimizer: torch.optim.Optimizer,
-                 run_state: dict, base_updates: int, frame_skip: int):
+                 run_state: dict, base_updates: int, frame_skip: int, num_actions: int = 0):
         self.cfg, self.output_dir, self.agents, self.optimizer = cfg, output_dir, agents, optimizer
+        self.collapse = CollapseWatch.from_config(cfg.log, num_actions)
         # counters of the runs before a resume (GA3C's Counters fields)
         self.base = collections.Counter({k: int(v) for k, v in run_state.get("counters", {}).items()})
         self.base_updates = base_updates
@@ -105,7 +106,7 @@ class A3CMonitor:
             "a3c_train_share": busy["train"], "a3c_sync_share": busy["sync"],
         }
         m["in_flight_steps"] = m["produced_steps"] - m["trained_steps"] - m["discarded_steps"]
-        return m
+        return self.collapse.observe(m, self.score_window)
 
     # --- outputs ---------------------------------------------------------------------------------------
     def write_summary(self, m: dict, stop_reason: str | None, status: str = "running") -> None:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from ga3c.config import ConfigError, check_output_dir
 from ga3c.learner import AUTOCAST_DTYPES, Learner, resolve_precision
-from ga3c.monitor import Counters, Monitor
+from ga3c.monitor import CollapseWatch, Counters, Monitor
 from ga3c.networks import build_network
 from ga3c.runtime import (RunFailed, StopSignals, bound_malloc_arenas, finish_wandb, game_spec,
                           load_checkpoint_state, make_logger, start_wandb, wandb_run_id)
@@ -84,7 +84,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     monitor = trainer = run_state = failure = None
     try:
         monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window,
-                          cfg.stop_score)
+                          cfg.stop_score, CollapseWatch.from_config(cfg.log, num_actions))
         server.monitor = monitor
         run_state = RunState(server, monitor, wandb_id)
         checkpoints = pl.callbacks.ModelCheckpoint(

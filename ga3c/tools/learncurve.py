@@ -140,6 +140,14 @@ def first_reach(curve: dict, threshold: float) -> tuple[float, float]:
     return math.inf, math.inf
 
 
+def lowest_after(curve: dict, threshold: float) -> float:
+    """The lowest rolling score from the first window at >= threshold to the run's end: whether a run holds
+    what it learned (NaN if it never got there)."""
+    scores = [s for s in curve["score"] if s == s]
+    first = next((i for i, s in enumerate(scores) if s >= threshold), None)
+    return min(scores[first:]) if first is not None else math.nan
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
@@ -168,7 +176,8 @@ def analyze(runs: dict[str, dict[int, Path]], thresholds: list[float]) -> dict:
                 best_score=max(scores) if scores else math.nan, frames=curve["frames"][-1],
                 wall_seconds=curve["wall_seconds"][-1], fps=summary.get("fps_run_mean", math.nan),
                 policy_lag=_mean([x for x in curve["policy_lag"] if x == x]),
-                reach={str(t): first_reach(curve, t) for t in thresholds})
+                reach={str(t): first_reach(curve, t) for t in thresholds},
+                lowest_after_top=lowest_after(curve, max(thresholds)) if thresholds else math.nan)
         medians = {str(t): (median([s["reach"][str(t)][0] for s in per_seed.values()]),
                             median([s["reach"][str(t)][1] for s in per_seed.values()])) for t in thresholds}
         results["arms"][arm] = dict(seeds=per_seed, median_reach=medians,
@@ -180,6 +189,10 @@ def _fmt_time(seconds: float) -> str:
     return "—" if not math.isfinite(seconds) else f"{seconds / 60:.1f} min"
 
 
+def _fmt_score(score: float) -> str:
+    return "—" if score != score else f"{score:.2f}"
+
+
 def _fmt_frames(frames: float) -> str:
     return "—" if not math.isfinite(frames) else f"{frames / 1e6:.2f} M"
 
@@ -187,19 +200,22 @@ def _fmt_frames(frames: float) -> str:
 def markdown(results: dict, title: str) -> str:
     thresholds = results["thresholds"]
     head = "| arm | seed | " + " | ".join(f"to {t:g}: time / frames" for t in thresholds) + \
-           " | final score | best | frames | frames/s | mean policy lag |"
+           f" | final score | best | lowest after {max(thresholds):g} | frames | frames/s | mean policy lag |"
     lines = [f"# {title}", "", head, "|" + " --- |" * (head.count("|") - 1)]
     for arm, data in results["arms"].items():
         for seed, s in sorted(data["seeds"].items()):
             cells = [f"{_fmt_time(s['reach'][str(t)][0])} / {_fmt_frames(s['reach'][str(t)][1])}" for t in thresholds]
             lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {s['final_score']:.2f} | "
-                         f"{s['best_score']:.2f} | {_fmt_frames(s['frames'])} | {s['fps']:,.0f} | {s['policy_lag']:.1f} |")
+                         f"{s['best_score']:.2f} | {_fmt_score(s['lowest_after_top'])} | {_fmt_frames(s['frames'])} | "
+                         f"{s['fps']:,.0f} | {s['policy_lag']:.1f} |")
         cells = [f"**{_fmt_time(data['median_reach'][str(t)][0])} / {_fmt_frames(data['median_reach'][str(t)][1])}**"
                  for t in thresholds]
         lines.append(f"| **{arm}** | median | " + " | ".join(cells) +
-                     f" | **{data['median_final_score']:.2f}** | | | | |")
+                     f" | **{data['median_final_score']:.2f}** | | | | | |")
     lines += ["", "Times are wall-clock from the run's first logged window; — = not reached within the budget. "
-              "The median counts a seed that never got there as slower than any that did."]
+              "The median counts a seed that never got there as slower than any that did. "
+              f"Lowest after {max(thresholds):g}: the lowest rolling score from the first reach of the top threshold "
+              "to the end (whether a run holds what it learned)."]
     return "\n".join(lines) + "\n"
 
 
