@@ -162,8 +162,13 @@ class Learner(pl.LightningModule):
                  rho_bar: float = 1.0, c_bar: float = 1.0, gae_lambda: float = 1.0,
                  normalize_advantage: bool = False, warmup_updates: int = 0, lr_decay_updates: int = 0,
                  lr_final_scale: float = 0.0, epochs: int = 1, ppo_clip: float = 0.0,
-                 beta_decay_updates: int = 0, beta_final: float = 0.001, beta_decay_start: int = 0):
+                 beta_decay_updates: int = 0, beta_final: float = 0.001, beta_decay_start: int = 0,
+                 entropy_floor: float = 0.0):
         super().__init__()
+        self.entropy_floor = entropy_floor
+        # The entropy floor's state: log of the factor on beta (0 = beta as scheduled). A buffer, so checkpoints
+        # keep it, and a device tensor, so its update never waits on the host.
+        self.register_buffer("log_beta_boost", torch.zeros(()))
         self.beta_decay_updates, self.beta_final = beta_decay_updates, beta_final
         self.beta_decay_start = beta_decay_start
         self.epochs, self.ppo_clip = epochs, ppo_clip
@@ -213,7 +218,8 @@ class Learner(pl.LightningModule):
                 batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
                 self.gae_lambda, rho_in_advantages=not self.ppo_clip)
             extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
-        beta = self.beta_at(self.global_step)
+        beta = self.beta_at(self.global_step) * self.log_beta_boost.exp() if self.entropy_floor else \
+            self.beta_at(self.global_step)
         parts = a3c_loss(logits, values, batch["actions"], returns, beta, self.log_epsilon,
                          self.value_coef, self.reduction, advantages, self.normalize_advantage,
                          batch.get("behaviour_logp"), self.ppo_clip)
@@ -221,6 +227,9 @@ class Learner(pl.LightningModule):
             raise FloatingPointError(f"loss is {parts['loss'].item()} at update {self.version}: training stopped "
                                      "(lower the learning rate or enable learner.grad_clip); the last "
                                      "checkpoint is intact")
+        if self.entropy_floor:
+            self.raise_beta_under_floor(parts["entropy"] / (len(logits) if self.reduction == "sum" else 1),
+                                        logits.shape[-1])
         lag = (self.version - batch["versions"]).float().mean()
         # Published with the gradient norm (on_before_optimizer_step): a window must never see one without it.
         self._step_metrics = {k: v.detach() for k, v in (parts | extra).items()} | {
@@ -246,6 +255,7 @@ class Learner(pl.LightningModule):
             self.counters.add(trained_steps=len(batch["actions"]))
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["state_dict"].setdefault("log_beta_boost", torch.zeros(()))   # a checkpoint from before the floor
         # Before any callback's on_fit_start (Lightning restores global_step only after them): agents resumed
         # from here tag their predictions with the restored version, and the first window's rates start from it.
         self.version = int(checkpoint.get("global_step", 0))
@@ -257,6 +267,23 @@ class Learner(pl.LightningModule):
         if self.lr_decay_updates:
             scale *= linear_decay(1.0, self.lr_final_scale, update, self.lr_decay_updates)
         return scale
+
+    # How fast the entropy floor moves beta: log(factor) changes by this per update per unit of the entropy's
+    # shortfall (as a share of the floor). A policy at half the floor doubles beta in ~14 updates; one above it
+    # lets the factor decay back to 1 as fast.
+    BOOST_RATE = 0.1
+    MAX_BOOST = math.log(1000.0)   # beta never grows past 1000x its schedule's value
+
+    @torch.no_grad()
+    def raise_beta_under_floor(self, entropy: torch.Tensor, num_actions: int) -> None:
+        """The entropy floor: while the policy's mean entropy is under entropy_floor x log(actions), beta grows
+        (multiplicatively, each update); above it, beta falls back to its schedule. Adam and RMSprop take steps of
+        a set size whatever the gradient's, so once a task is learned and its advantages are noise, the logits
+        random-walk apart, the policy hardens, and a near-deterministic softmax has no gradient left to come
+        back with (the CartPole collapse, docs/learning.md): the floor keeps the policy out of that corner."""
+        floor = self.entropy_floor * math.log(num_actions)
+        shortfall = (floor - entropy.detach().float()) / floor
+        self.log_beta_boost.add_(self.BOOST_RATE * shortfall).clamp_(0.0, self.MAX_BOOST)
 
     def beta_at(self, update: int) -> float:
         """The entropy weight at `update` (counted from 0): beta until beta_decay_start, then moved linearly to

@@ -114,6 +114,7 @@ class Learner(Section):
     lr_final_scale: Fraction
     epochs: int = Field(ge=1, le=100)
     ppo_clip: float = Field(ge=0, le=1, description="0 = off")
+    entropy_floor: Fraction
     optimizer: dict
 
 

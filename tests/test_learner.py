@@ -1,6 +1,8 @@
 """The learner: the actor-critic loss, PPO's clip, the learning-rate warm-up, RMSProp-TF, precision."""
 from __future__ import annotations
 
+import math
+
 
 import numpy as np
 import pytest
@@ -141,6 +143,40 @@ def test_entropy_weight_moves_linearly_to_its_final_value_and_the_loss_uses_it_a
     for m in published:
         assert m["loss"] == pytest.approx(m["policy_loss"] - m["beta"] * m["entropy"] + 0.5 * m["value_loss"],
                                           rel=1e-5)
+
+
+def test_entropy_floor_raises_beta_while_the_policy_is_under_it_and_lets_it_fall_back_above():
+    """learner.entropy_floor: beta's factor grows each update the batch's mean entropy is under the floor (a
+    share of log(actions)), never exceeds 1000x, falls back to 1 (never below) once the entropy is above it, and
+    is what the next update's loss uses; it is part of the checkpointed state. 0 = off."""
+    model = MLPActorCritic((4,), 2, [8])
+    learner = Learner(model, lambda p: None, beta=0.01, entropy_floor=0.5, reduction="sum")
+    floor = 0.5 * math.log(2)
+    learner.raise_beta_under_floor(torch.tensor(floor / 2), 2)          # half the floor: log factor + 0.05
+    assert float(learner.log_beta_boost) == pytest.approx(0.05)
+    for _ in range(10_000):
+        learner.raise_beta_under_floor(torch.tensor(0.0), 2)            # deterministic: as far as allowed
+    assert float(learner.log_beta_boost.exp()) == pytest.approx(1000.0)
+    for _ in range(10_000):
+        learner.raise_beta_under_floor(torch.tensor(math.log(2)), 2)    # uniform again: back to beta
+    assert float(learner.log_beta_boost) == 0.0
+    assert "log_beta_boost" in learner.state_dict()
+
+    # in the update: a near-deterministic policy (entropy ~0, summed over the batch) raises the next update's beta
+    saturated = MLPActorCritic((4,), 2, [8])
+    with torch.no_grad():
+        saturated.policy[-1].bias.copy_(torch.tensor([30.0, -30.0]))
+    learner = Learner(saturated, lambda p: None, beta=0.01, entropy_floor=0.5, reduction="sum")
+    n = 8
+    batch = dict(obs=torch.randn(n, 4), actions=torch.zeros(n, dtype=torch.long), returns=torch.randn(n),
+                 versions=torch.zeros(n, dtype=torch.long))
+    learner.training_step(batch, 0)
+    assert float(learner._step_metrics["beta"]) == pytest.approx(0.01)
+    learner.training_step(batch, 1)
+    assert float(learner._step_metrics["beta"]) == pytest.approx(0.01 * math.exp(0.1), rel=1e-3)
+    off = Learner(saturated, lambda p: None, beta=0.01)
+    off.training_step(batch, 0), off.training_step(batch, 1)
+    assert off._step_metrics["beta"] == 0.01 and float(off.log_beta_boost) == 0.0
 
 
 def test_rmsprop_tf_matches_tensorflow_formula():

@@ -71,7 +71,8 @@ class SharedModel:
         self.model = instantiate(cfg.net, obs_shape=obs_shape, num_actions=num_actions)
         self.optimizer = instantiate(cfg.learner.optimizer)(self.model.parameters())
         if resumed is not None:
-            self.model.load_state_dict({k.removeprefix("model."): v for k, v in resumed["state_dict"].items()})
+            self.model.load_state_dict({k.removeprefix("model."): v for k, v in resumed["state_dict"].items()
+                                        if k.startswith("model.")})   # the network's, not the learner's state
             if resumed.get("optimizer_states"):
                 self.optimizer.load_state_dict(resumed["optimizer_states"][0])
         self.model.share_memory()
