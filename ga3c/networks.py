@@ -73,8 +73,14 @@ class ConvActorCritic(nn.Module):
 class MLPActorCritic(nn.Module):
     """Separate tanh MLPs for policy and value: the usual choice for classic control."""
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden: Sequence[int], init: str = "orthogonal"):
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden: Sequence[int], init: str = "orthogonal",
+                 value_scale: float = 1.0):
         super().__init__()
+        # V = value_scale x the value head's output: the head then works in units of the returns' scale, so an
+        # optimizer step (of a set size, for Adam and RMSprop) moves V by value_scale x as much. With returns
+        # near 100 (CartPole: +1 a step, gamma 0.99) and scale 1, V took ~1,000 updates to follow a policy that
+        # began to fail, and the advantages stayed at -30..-75 all that time (docs/learning.md).
+        self.value_scale = value_scale
         if init not in ("orthogonal", "torch"):
             raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
         if len(obs_shape) != 1:
@@ -93,11 +99,11 @@ class MLPActorCritic(nn.Module):
             return nn.Sequential(*layers, head)
 
         self.policy = mlp(num_actions, 0.01)   # near-uniform initial policy
-        self.value = mlp(1, 1.0)
+        self.value = mlp(1, 1.0 / value_scale)   # V starts as it would at scale 1
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obs = obs.float()
-        return self.policy(obs), self.value(obs).squeeze(-1)
+        return self.policy(obs), self.value_scale * self.value(obs).squeeze(-1)
 
 
 class RecurrentActorCritic(nn.Module):

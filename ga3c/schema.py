@@ -294,6 +294,7 @@ class ConvNet(TargetNode):
 class MLPNet(TargetNode):
     hidden: Layers
     init: Init
+    value_scale: Positive = None
 
 
 class RecurrentNet(ConvNet):

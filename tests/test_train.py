@@ -41,6 +41,23 @@ def test_cartpole_learns_to_475(tmp_path):
 
 
 @pytest.mark.slow
+def test_cartpole_holds_what_it_learned(tmp_path):
+    """Learning that holds: CartPole's preset trained past 475 and kept training for several hundred more updates
+    stays at or above 475 (its rolling-100 once fell from 500 to 9 for good, the policy's entropy at 0), and the
+    monitor raised no collapse warning after it got there."""
+    run_train(tmp_path, "game=cartpole", "max_frames=null", "trainer.max_time=00:00:01:20", "wandb.mode=disabled",
+              timeout=200)
+    windows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    reached = next((i for i, m in enumerate(windows) if m["score_mean_100"] >= 475), None)
+    assert reached is not None, [round(m["score_mean_100"], 1) for m in windows]
+    after = windows[reached:]
+    assert after[-1]["updates"] - after[0]["updates"] >= 500, "too few updates after 475 to show it holds"
+    assert min(m["score_mean_100"] for m in after) >= 475, [round(m["score_mean_100"], 1) for m in after]
+    assert not any(m["warning"] for m in after), [m["warning"] for m in after if m["warning"]]
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
 def test_cartpole_learns_to_475_with_vtrace(tmp_path):
     run_train(tmp_path, "game=cartpole", "learner.correction=vtrace", "stop_score=475", "trainer.max_time=00:00:04:00",
               "wandb.mode=disabled", timeout=330)
