@@ -289,6 +289,7 @@ class ConvNet(TargetNode):
     strides: Layers
     hidden: int = Field(ge=1, le=65536)
     init: Init
+    value_scale: Positive = None
 
 
 class MLPNet(TargetNode):

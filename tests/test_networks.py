@@ -75,3 +75,18 @@ def test_core_input_norm_bounds_what_the_core_sees():
     assert seen["plain"].abs().mean() > 5
     torch.testing.assert_close(seen["normed"].mean(-1), torch.zeros(64), atol=1e-5, rtol=0)
     torch.testing.assert_close(seen["normed"].var(-1, unbiased=False), torch.ones(64), atol=1e-3, rtol=0)
+
+
+def test_mlp_value_scale_multiplies_the_value_head_and_starts_where_scale_one_does():
+    """net.value_scale: V is the head's output times the scale (a step on the head moves V that much more), and
+    the head's smaller initial gain makes the first values the same as at scale 1."""
+    obs = torch.randn(32, 4)
+    torch.manual_seed(0)
+    plain = MLPActorCritic((4,), 2, [16])
+    torch.manual_seed(0)
+    scaled = MLPActorCritic((4,), 2, [16], value_scale=100.0)
+    assert torch.allclose(plain(obs)[1], scaled(obs)[1], atol=1e-5)
+    assert torch.equal(plain(obs)[0], scaled(obs)[0])          # the policy is untouched
+    with torch.no_grad():
+        scaled.value[-1].bias.add_(0.5)
+    assert torch.allclose(scaled(obs)[1] - plain(obs)[1], torch.full((32,), 50.0), atol=1e-3)
