@@ -80,6 +80,7 @@ def test_analyze_and_table(tmp_path):
     collapsed = analyze({"b": {0: tmp_path / "b" / "seed0"}}, [475.0])
     assert collapsed["arms"]["b"]["seeds"][0]["lowest_after_top"] == 9.0
     assert "| 490.00 | 490.00 | 9.00 |" in markdown(collapsed, "t")
+    assert "| **490.00** | | **9.00** |" in markdown(collapsed, "t")   # the worst seed's, on the median row
     assert math.isnan(arm["seeds"][1]["lowest_after_top"])   # never reached 0: nothing to hold
 
 

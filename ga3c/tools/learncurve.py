@@ -210,12 +210,13 @@ def markdown(results: dict, title: str) -> str:
                          f"{s['fps']:,.0f} | {s['policy_lag']:.1f} |")
         cells = [f"**{_fmt_time(data['median_reach'][str(t)][0])} / {_fmt_frames(data['median_reach'][str(t)][1])}**"
                  for t in thresholds]
+        held = [s["lowest_after_top"] for s in data["seeds"].values() if s["lowest_after_top"] == s["lowest_after_top"]]
         lines.append(f"| **{arm}** | median | " + " | ".join(cells) +
-                     f" | **{data['median_final_score']:.2f}** | | | | | |")
+                     f" | **{data['median_final_score']:.2f}** | | **{_fmt_score(min(held) if held else math.nan)}** | | | |")
     lines += ["", "Times are wall-clock from the run's first logged window; — = not reached within the budget. "
               "The median counts a seed that never got there as slower than any that did. "
               f"Lowest after {max(thresholds):g}: the lowest rolling score from the first reach of the top threshold "
-              "to the end (whether a run holds what it learned)."]
+              "to the end (whether a run holds what it learned); the median row gives the worst seed's."]
     return "\n".join(lines) + "\n"
 
 
