@@ -10,8 +10,8 @@ from ga3c.networks import MLPActorCritic
 class RaisingNet(MLPActorCritic):
     """Raises in the predictor's forward pass (inference) after `after` calls."""
 
-    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 200):
-        super().__init__(obs_shape, num_actions, hidden)
+    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 200, value_scale: float = 1.0):
+        super().__init__(obs_shape, num_actions, hidden, value_scale=value_scale)
         self.calls, self.after = 0, after
 
     def forward(self, obs):
@@ -25,8 +25,8 @@ class RaisingNet(MLPActorCritic):
 class NaNNet(MLPActorCritic):
     """Returns NaN values in training forward passes after `after` of them."""
 
-    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 50):
-        super().__init__(obs_shape, num_actions, hidden)
+    def __init__(self, obs_shape, num_actions, hidden=(16,), after: int = 50, value_scale: float = 1.0):
+        super().__init__(obs_shape, num_actions, hidden, value_scale=value_scale)
         self.calls, self.after = 0, after
 
     def forward(self, obs):

@@ -53,7 +53,9 @@ def lightning_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimize
 
     return {
         "epoch": 0, "global_step": int(updates), "pytorch-lightning_version": pl.__version__,
-        "state_dict": {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()},
+        # the network's weights, and the learner's entropy-floor factor at 1 (A3C has no floor)
+        "state_dict": {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+        | {"log_beta_boost": torch.zeros(())},
         "optimizer_states": [optimizer.state_dict()], "lr_schedulers": [],
         # GA3C's RunState restores the counters and the score window from here, so frames keep counting and
         # score_mean_100 goes on across algorithms.
