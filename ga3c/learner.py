@@ -218,8 +218,9 @@ class Learner(pl.LightningModule):
                 batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
                 self.gae_lambda, rho_in_advantages=not self.ppo_clip)
             extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
-        beta = self.beta_at(self.global_step) * self.log_beta_boost.exp() if self.entropy_floor else \
-            self.beta_at(self.global_step)
+        beta = self.beta_at(self.global_step)
+        if self.entropy_floor:
+            beta = beta * self.log_beta_boost.exp()
         parts = a3c_loss(logits, values, batch["actions"], returns, beta, self.log_epsilon,
                          self.value_coef, self.reduction, advantages, self.normalize_advantage,
                          batch.get("behaviour_logp"), self.ppo_clip)

@@ -112,21 +112,27 @@ class CollapseWatch:
     and when it clears. The score rule waits for a gain larger than the first full window's spread of episode
     scores, so the noise of a policy still at random play never counts as a fall. 0 turns a rule off."""
 
-    def __init__(self, entropy_floor: float, score_drop: float, num_actions: int):
+    def __init__(self, entropy_floor: float, score_drop: float, num_actions: int, summed: bool = False):
         self.entropy_floor = entropy_floor * math.log(num_actions) if num_actions > 1 else 0.0
         self.score_drop = score_drop
+        self.summed = summed   # learner.reduction=sum: loss/entropy is a batch's sum, compared per sample
         self.first: float | None = None     # the first full window's mean, and its spread
         self.first_spread = math.nan
         self.best = -math.inf
         self.active = ""
 
     @classmethod
-    def from_config(cls, log_cfg, num_actions: int) -> "CollapseWatch":
-        return cls(float(log_cfg.get("entropy_floor", 0.0)), float(log_cfg.get("score_drop", 0.0)), num_actions)
+    def from_config(cls, cfg, num_actions: int) -> "CollapseWatch":
+        """From a run's config: log.entropy_floor, log.score_drop and learner.reduction."""
+        log_cfg, learner_cfg = cfg.get("log") or {}, cfg.get("learner") or {}
+        return cls(float(log_cfg.get("entropy_floor", 0.0)), float(log_cfg.get("score_drop", 0.0)), num_actions,
+                   learner_cfg.get("reduction") == "sum")
 
     def observe(self, m: dict, window: ScoreWindow) -> dict:
         """Add the warning keys to a window's metrics `m` (its score_mean_100 and loss/entropy)."""
         score, entropy = m.get("score_mean_100", math.nan), m.get("loss/entropy", math.nan)
+        if self.summed:
+            entropy = entropy / m["batch_size"] if m.get("batch_size") else math.nan
         if window.full() and score == score:
             if self.first is None:
                 self.first, self.first_spread = score, window.spread()

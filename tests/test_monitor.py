@@ -117,6 +117,9 @@ def test_collapse_watch_warns_on_an_entropy_collapse_and_a_fallen_score_and_clea
     assert "entropy 0.0010 under the floor 0.0069" in m["warning"] and "fell from its best 500.00" in m["warning"]
     m = window_of(480.0, 490.0, 500.0, 500.0)      # recovered
     assert m["warning"] == "" and watch.active == ""
+    summed = CollapseWatch(entropy_floor=0.01, score_drop=0.0, num_actions=2, summed=True)   # reduction=sum
+    assert summed.observe({"loss/entropy": 0.6, "batch_size": 128}, window)["warning/entropy_floor"] == 1
+    assert summed.observe({"loss/entropy": 60.0, "batch_size": 128}, window)["warning/entropy_floor"] == 0
     off = CollapseWatch(entropy_floor=0.0, score_drop=0.0, num_actions=6)   # 0 turns each rule off
     assert off.observe({"score_mean_100": 9.0, "loss/entropy": 0.0}, window)["warning"] == ""
 

@@ -22,7 +22,7 @@ class A3CMonitor:
     def __init__(self, cfg: DictConfig, output_dir: Path, agents: AgentProcesses, optimizer: torch.optim.Optimizer,
                  run_state: dict, base_updates: int, frame_skip: int, num_actions: int = 0):
         self.cfg, self.output_dir, self.agents, self.optimizer = cfg, output_dir, agents, optimizer
-        self.collapse = CollapseWatch.from_config(cfg.log, num_actions)
+        self.collapse = CollapseWatch.from_config(cfg, num_actions)
         # counters of the runs before a resume (GA3C's Counters fields)
         self.base = collections.Counter({k: int(v) for k, v in run_state.get("counters", {}).items()})
         self.base_updates = base_updates

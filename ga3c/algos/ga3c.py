@@ -84,7 +84,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
     monitor = trainer = run_state = failure = None
     try:
         monitor = Monitor(server, output_dir, cfg.log.every_seconds, cfg.log.progress, cfg.log.score_window,
-                          cfg.stop_score, CollapseWatch.from_config(cfg.log, num_actions))
+                          cfg.stop_score, CollapseWatch.from_config(cfg, num_actions))
         server.monitor = monitor
         run_state = RunState(server, monitor, wandb_id)
         checkpoints = pl.callbacks.ModelCheckpoint(
