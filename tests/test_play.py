@@ -79,6 +79,8 @@ def test_play_untrained_cartpole_checkpoint_writes_mp4_and_table(untrained_run, 
     # CartPole gives +1 a step: the best episode's video has its reset frame plus one frame per step
     assert mp4_frames(out / "best_episode.mp4") == best["steps"] + 1
     assert not (out / ".episodes").exists()
+    # no machine's paths: both relative to the folder scores.json is in
+    assert scores["ckpt_path"] == "../checkpoints/last.ckpt" and scores["video"] == "best_episode.mp4"
 
 
 def test_play_sampled_actions_max_steps_and_run_dir_argument(untrained_run, tmp_path, capsys):

@@ -18,6 +18,7 @@ Results go to W&B (job_type=eval, the run's group) as the run's wandb.mode says:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -198,17 +199,17 @@ def play(options: dict, overrides: list[str]) -> dict:
     shutil.rmtree(scratch, ignore_errors=True)
     scores = [e["score"] for e in episodes]
     summary = stats(scores)
-    result = dict(ckpt_path=str(ckpt), game=cfg.game.name, greedy=options["greedy"], seed=options["seed"],
-                  global_step=global_step, episodes=episodes, **{f"score_{k}": v for k, v in summary.items()},
-                  best_episode=None if best is None else best + 1,
-                  video=str(output_dir / "best_episode.mp4") if best is not None else None,
-                  seconds=time.monotonic() - started)
+    # Paths relative to the folder scores.json is in: results copied into the repository name no machine's paths.
+    result = dict(ckpt_path=os.path.relpath(ckpt, output_dir), game=cfg.game.name, greedy=options["greedy"],
+                  seed=options["seed"], global_step=global_step, episodes=episodes,
+                  **{f"score_{k}": v for k, v in summary.items()}, best_episode=None if best is None else best + 1,
+                  video="best_episode.mp4" if best is not None else None, seconds=time.monotonic() - started)
     (output_dir / "scores.json").write_text(json.dumps(result, indent=2))
     title = (f"{cfg.game.name}, {len(scores)} episodes, {mode} actions, checkpoint {ckpt} "
              f"(update {global_step})")
     print(score_table(episodes, summary, title))
     if result["video"]:
-        print(f"[play] best episode ({result['best_episode']}, score {scores[best]:g}): {result['video']}")
+        print(f"[play] best episode ({result['best_episode']}, score {scores[best]:g}): {output_dir / result['video']}")
     print(f"[play] scores: {output_dir / 'scores.json'}")
     log_to_wandb(cfg, result, output_dir, mode, wandb_video)
     return result
@@ -230,7 +231,7 @@ def log_to_wandb(cfg, result: dict, output_dir: Path, mode: str, wandb_video) ->
                                   for i, e in enumerate(result["episodes"])])
         payload = {"eval/episodes": table}
         if result["video"]:
-            payload["eval/best_episode"] = wandb_video(result["video"], f"best episode: score "
+            payload["eval/best_episode"] = wandb_video(str(output_dir / result["video"]), f"best episode: score "
                                                        f"{result['score_max']:g}")
         run.log(payload)
         for key in ("score_mean", "score_median", "score_min", "score_max", "score_std"):
