@@ -186,8 +186,10 @@ class TrainingVideo(pl.Callback):
         except Exception as error:  # noqa: BLE001 - a video must never stop training
             log.warning("training video failed: %s", error)
             return
-        if self.stop.is_set() and result["truncated"]:
-            path.unlink(missing_ok=True)   # cut short by the end of training: not worth keeping
+        # Cut short by the end of training: not worth keeping. One that played its max_steps is whole as asked
+        # (a policy that balances CartPole plays every video to max_steps, and the run may end meanwhile).
+        if self.stop.is_set() and result["truncated"] and not (self.max_steps and result["steps"] >= self.max_steps):
+            path.unlink(missing_ok=True)
             return
         with self._lock:
             self.pending.append(dict(result, trained_frames=frames))

@@ -126,3 +126,24 @@ def test_trained_cartpole_checkpoint_plays_better_than_chance_with_training_vide
     # a uniformly random CartPole policy averages ~22 steps; 20k frames of training do far better
     assert scores["score_mean"] > 40, scores
     assert list((out / "wandb").glob("offline-run-*")), "play logs its results to W&B (offline here)"
+
+
+def test_a_training_video_that_played_its_max_steps_is_kept_when_training_ends_meanwhile(tmp_path):
+    """TrainingVideo keeps a video that reached video.max_steps even if the run ended while it was recorded; only
+    one cut short by the end of training is dropped."""
+    from types import SimpleNamespace
+
+    from ga3c.networks import MLPActorCritic
+    from ga3c.video import TrainingVideo
+
+    game = dict(id="CartPole-v1", atari=False, frame_skip=1, max_episode_frames=None)
+    # training ends (the stop event's nth check) once a 5-step video is whole, and on a long one's 3rd step
+    for max_steps, stop_at, kept in ((5, 6, True), (10_000, 3, False)):
+        video = TrainingVideo(SimpleNamespace(frames=lambda: 0), game, tmp_path / str(max_steps), 1.0,
+                              max_steps=max_steps)
+        model = MLPActorCritic((4,), 2, [8])
+        calls = []
+        video.stop.is_set = lambda: calls.append(1) or len(calls) >= stop_at   # noqa: B023 - used in this pass
+        video._record(model, 0)
+        assert bool(list((tmp_path / str(max_steps) / "videos").glob("*.mp4"))) is kept, (max_steps, kept)
+        assert len(video.pending) == int(kept)
