@@ -78,9 +78,8 @@ class MLPActorCritic(nn.Module):
                  value_scale: float = 1.0):
         super().__init__()
         # V = value_scale x the value head's output: the head then works in units of the returns' scale, so an
-        # optimizer step (of a set size, for Adam and RMSprop) moves V by value_scale x as much. With returns
-        # near 100 (CartPole: +1 a step, gamma 0.99) and scale 1, V took ~1,000 updates to follow a policy that
-        # began to fail, and the advantages stayed at -30..-75 all that time (docs/learning.md).
+        # optimizer step (of a set size, for Adam and RMSprop) moves V by value_scale x as much, and V can follow
+        # returns of ~100 as fast as they change (docs/learning.md, learning that holds).
         self.value_scale = value_scale
         if init not in ("orthogonal", "torch"):
             raise ValueError(f"init must be 'orthogonal' or 'torch', got {init!r}")
