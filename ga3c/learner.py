@@ -25,23 +25,28 @@ class RMSpropTF(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads, states = [p.grad for p in params], [self.state[p] for p in params]
+            for p, state in zip(params, states):
                 if not state:
                     state["square_avg"] = torch.ones_like(p)
                     if group["momentum"]:
                         state["momentum_buffer"] = torch.zeros_like(p)
-                square_avg = state["square_avg"]
-                square_avg.mul_(group["alpha"]).addcmul_(p.grad, p.grad, value=1 - group["alpha"])
-                denom = square_avg.add(group["eps"]).sqrt_()
-                if group["momentum"]:
-                    buf = state["momentum_buffer"]
-                    buf.mul_(group["momentum"]).addcdiv_(p.grad, denom, value=group["lr"])
-                    p.sub_(buf)
-                else:
-                    p.addcdiv_(p.grad, denom, value=-group["lr"])
+            # foreach: one call per operation for all parameters, not one per parameter (the update's overhead)
+            square_avgs = [state["square_avg"] for state in states]
+            torch._foreach_mul_(square_avgs, group["alpha"])
+            torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - group["alpha"])
+            denoms = torch._foreach_add(square_avgs, group["eps"])
+            torch._foreach_sqrt_(denoms)
+            if group["momentum"]:
+                buffers = [state["momentum_buffer"] for state in states]
+                torch._foreach_mul_(buffers, group["momentum"])
+                torch._foreach_addcdiv_(buffers, grads, denoms, value=group["lr"])
+                torch._foreach_sub_(params, buffers)
+            else:
+                torch._foreach_addcdiv_(params, grads, denoms, value=-group["lr"])
         return loss
 
 
@@ -83,7 +88,8 @@ def a3c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
 def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor,
                    discounts: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor, rollout: torch.Tensor,
                    step: torch.Tensor, lengths: torch.Tensor, rho_bar: float = 1.0, c_bar: float = 1.0,
-                   lam: float = 1.0, rho_in_advantages: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   lam: float = 1.0, rho_in_advantages: bool = True,
+                   horizon: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V-trace (Espeholt et al. 2018, eq. 1) for a batch of rollouts laid out flat, sample i being step
     `step[i]` of rollout `rollout[i]`; rollout r has `lengths[r]` steps and `bootstrap[r]` = V(x_n) after them.
     discounts[i] is gamma, or 0 where the step ended the episode.
@@ -93,8 +99,12 @@ def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewa
 
     with rho_t = min(rho_bar, pi/mu) and c_t = lam * min(c_bar, pi/mu). Returns (vs, advantages, rho) flat.
     `rho_in_advantages=False` leaves rho_t out of the policy advantage (PPO's surrogate applies its own ratio).
+    `horizon`: the longest a rollout can be (t_max); given, every shape is known without reading the batch,
+    so nothing here waits on the device (without it, lengths.max() is read back).
     Hand-written: no library we depend on has it, and the rollouts here come ragged (episode ends)."""
-    num_rollouts, horizon = len(lengths), int(lengths.max()) if len(lengths) else 0
+    num_rollouts = len(lengths)
+    if horizon is None:
+        horizon = int(lengths.max()) if num_rollouts else 0
     ratio = torch.exp(target_logp.float() - behaviour_logp.float())
     rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
 
@@ -107,11 +117,17 @@ def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewa
     values_ext = padded(values, horizon + 1)
     values_ext[torch.arange(num_rollouts, device=lengths.device), lengths] = bootstrap.float()
     mask = padded(torch.ones_like(rewards))
-    rho_p, c_p, rewards_p, discounts_p = padded(rho), padded(c), padded(rewards), padded(discounts)
+    rho_p, rewards_p, discounts_p = padded(rho), padded(rewards), padded(discounts)
     deltas = mask * rho_p * (rewards_p + discounts_p * values_ext[:, 1:] - values_ext[:, :-1])
-    corrections = torch.zeros(num_rollouts, horizon + 1, device=values.device)  # vs - V; 0 at t = n
-    for t in range(horizon - 1, -1, -1):
-        corrections[:, t] = deltas[:, t] + mask[:, t] * discounts_p[:, t] * c_p[:, t] * corrections[:, t + 1]
+    # The backward recursion corrections_t = delta_t + a_t corrections_{t+1} (a_t = gamma_t c_t; 0 past the
+    # end) in closed form: corrections_t = sum_{k >= t} (a_t ... a_{k-1}) delta_k, the products from a cumprod
+    # over a (horizon x horizon) triangle: a few operations whatever the horizon, instead of a loop over it.
+    decay = mask * discounts_p * padded(c)
+    ones = torch.ones(num_rollouts, horizon, horizon, device=values.device)
+    upper = torch.ones(horizon, horizon, dtype=torch.bool, device=values.device).triu()
+    running = torch.where(upper, decay.unsqueeze(1), ones).cumprod(-1)   # [r, t, k] = a_t ... a_k for k >= t
+    weights = torch.cat((ones[:, :, :1], running[:, :, :-1]), -1) * upper   # [r, t, k] = a_t ... a_{k-1}
+    corrections = torch.cat((torch.einsum("rtk,rk->rt", weights, deltas), values_ext[:, :1] * 0), 1)  # 0 at t = n
     vs_ext = values_ext + corrections
     advantages = (rho_p if rho_in_advantages else mask) * (rewards_p + discounts_p * vs_ext[:, 1:] - values_ext[:, :-1])
     return vs_ext[rollout, step], advantages[rollout, step], rho
@@ -169,6 +185,11 @@ class Learner(pl.LightningModule):
         # The entropy floor's state: log of the factor on beta (0 = beta as scheduled). A buffer, so checkpoints
         # keep it, and a device tensor, so its update never waits on the host.
         self.register_buffer("log_beta_boost", torch.zeros(()))
+        # The first non-finite loss or gradient norm: (update, 0 = loss / 1 = gradient norm, its value), update
+        # -1 while there is none. Kept on the device and read once per monitor window and before every
+        # checkpoint (raise_if_nonfinite): a check per update would make the host wait for every update.
+        self.register_buffer("first_nonfinite", torch.tensor([-1.0, 0.0, 0.0], dtype=torch.float64),
+                             persistent=False)
         self.beta_decay_updates, self.beta_final = beta_decay_updates, beta_final
         self.beta_decay_start = beta_decay_start
         self.epochs, self.ppo_clip = epochs, ppo_clip
@@ -198,7 +219,7 @@ class Learner(pl.LightningModule):
         if "start_state" not in batch:
             return self.model(batch["obs"])
         rollout, step = batch["rollout"], batch["step"]
-        steps, count = int(batch["lengths"].max()), len(batch["lengths"])
+        steps, count = batch.get("horizon") or int(batch["lengths"].max()), len(batch["lengths"])
         obs = batch["obs"].new_zeros((steps, count, *batch["obs"].shape[1:]))
         obs[step, rollout] = batch["obs"]
         starts = torch.zeros(steps, count, dtype=torch.bool, device=obs.device)
@@ -216,7 +237,7 @@ class Learner(pl.LightningModule):
             returns, advantages, rho = vtrace_targets(
                 batch["behaviour_logp"], target_logp, batch["rewards"], batch["discounts"], values.detach(),
                 batch["bootstrap"], batch["rollout"], batch["step"], batch["lengths"], self.rho_bar, self.c_bar,
-                self.gae_lambda, rho_in_advantages=not self.ppo_clip)
+                self.gae_lambda, rho_in_advantages=not self.ppo_clip, horizon=batch.get("horizon"))
             extra = dict(vtrace_rho_mean=rho.mean(), vtrace_clipped_share=(rho >= self.rho_bar).float().mean())
         beta = self.beta_at(self.global_step)
         if self.entropy_floor:
@@ -224,10 +245,7 @@ class Learner(pl.LightningModule):
         parts = a3c_loss(logits, values, batch["actions"], returns, beta, self.log_epsilon,
                          self.value_coef, self.reduction, advantages, self.normalize_advantage,
                          batch.get("behaviour_logp"), self.ppo_clip)
-        if not torch.isfinite(parts["loss"]):
-            raise FloatingPointError(f"loss is {parts['loss'].item()} at update {self.version}: training stopped "
-                                     "(lower the learning rate or enable learner.grad_clip); the last "
-                                     "checkpoint is intact")
+        self.note_if_nonfinite(parts["loss"], 0)
         if self.entropy_floor:
             self.raise_beta_under_floor(parts["entropy"] / (len(logits) if self.reduction == "sum" else 1),
                                         logits.shape[-1])
@@ -239,12 +257,37 @@ class Learner(pl.LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         # Clip here (not Trainer(gradient_clip_val)) so the norm is measured either way and checked.
-        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip or math.inf)
-        if not torch.isfinite(norm):
-            raise FloatingPointError(f"gradient norm is {norm.item()} at update {self.version}: training stopped; "
-                                     "the last checkpoint is intact")
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = nn.utils.get_total_norm(grads)
+        if self.grad_clip:
+            nn.utils.clip_grads_with_norm_(self.model.parameters(), self.grad_clip, norm)
+        self.note_if_nonfinite(norm, 1)
         # A new dict, never a change to the published one: the monitor thread may be iterating it right now.
         self.last_metrics = self._step_metrics | {"grad_norm": norm.detach()}
+
+    NONFINITE_KINDS = ("loss", "gradient norm")
+
+    @torch.no_grad()
+    def note_if_nonfinite(self, value: torch.Tensor, kind: int) -> None:
+        """Record the first update whose `value` (kind: an index of NONFINITE_KINDS) is NaN or infinite,
+        without reading anything back to the host."""
+        first = ~torch.isfinite(value.detach()) & (self.first_nonfinite[0] < 0)
+        record = torch.stack((torch.full_like(self.first_nonfinite[0], self.version),
+                              torch.full_like(self.first_nonfinite[0], kind), value.detach().double()))
+        self.first_nonfinite.copy_(torch.where(first, record, self.first_nonfinite))
+
+    def raise_if_nonfinite(self) -> None:
+        """FloatingPointError naming the first update whose loss or gradient norm was not finite, if any (one
+        read of a device flag: the monitor calls it each window, and every checkpoint is checked first, so the
+        last checkpoint written is a good one)."""
+        update, kind, value = self.first_nonfinite.tolist()
+        if update >= 0:
+            raise FloatingPointError(f"{self.NONFINITE_KINDS[int(kind)]} is {value} at update {int(update)}: "
+                                     "training stopped (lower the learning rate or enable learner.grad_clip); "
+                                     "the last checkpoint is intact")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self.raise_if_nonfinite()   # before anything is written: a NaN model never replaces a good checkpoint
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self._step_start = time.perf_counter()

@@ -212,6 +212,7 @@ class Monitor(pl.Callback):
         # score_mean_100; the run stops once the rolling mean of a full window reaches stop_score
         self.score_window = ScoreWindow(score_window, stop_score, self.wall_seconds)
         self._tick_lock = threading.RLock()
+        self.windows = self._windows_checked = 0   # windows published; the last one the learner was checked in
         self.start_time = time.monotonic()
         self.wall_offset = 0.0          # wall seconds of the runs before a resume
         self._last_time = self.start_time
@@ -253,6 +254,7 @@ class Monitor(pl.Callback):
             last, self._last, self._last_time = self._last, snap, now
             metrics = self._metrics(snap, last, dt, now)
             self.latest = metrics
+            self.windows += 1
             for listener in self.listeners:
                 listener(metrics)
             self._publish(metrics)
@@ -325,6 +327,9 @@ class Monitor(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.tick()
+        if self.windows != self._windows_checked:  # once a window: the updates never wait for this check
+            self._windows_checked = self.windows
+            pl_module.raise_if_nonfinite()
         if self.server.stopping.is_set():
             trainer.should_stop = True
 

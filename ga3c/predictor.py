@@ -67,18 +67,16 @@ class Predictor(threading.Thread):
             compute_start = time.perf_counter()
             model, version = self.acting_model()
             device = server.learner.device
-            with torch.inference_mode():
-                if buffers.recurrent:
-                    logits, values = self._recurrent_step(model, obs.to(device), agents, requests, device)
-                else:
-                    logits, values = model(obs.to(device, non_blocking=True))
-                log_probs = torch.log_softmax(logits.float(), -1)
-                actions = torch.multinomial(log_probs.exp(), 1)
-                chosen_log_probs = log_probs.gather(1, actions).squeeze(1)
-                actions = actions.squeeze(1)
-            buffers.answer_action[agents] = actions.cpu().numpy()
-            buffers.answer_logp[agents] = chosen_log_probs.cpu().numpy()
-            buffers.answer_value[agents] = values.float().cpu().numpy()
+            if buffers.recurrent:
+                state, starts = self._recurrent_inputs(agents, requests)
+                answers = act(model, obs, device, state, starts)
+                core = state.shape[-1]
+                buffers.state[agents] = answers[:, 3:].reshape(len(agents), 2, core)
+            else:
+                answers = act(model, obs, device)
+            buffers.answer_action[agents] = answers[:, 0]
+            buffers.answer_logp[agents] = answers[:, 1]
+            buffers.answer_value[agents] = answers[:, 2]
             buffers.answer_version[agents] = version
             self.compute_seconds += time.perf_counter() - compute_start
             for agent, generation in zip(agents, requests["generation"]):
@@ -87,17 +85,36 @@ class Predictor(threading.Thread):
             self.batches += 1
             self.busy_seconds += time.perf_counter() - start
 
-    def _recurrent_step(self, model, obs: torch.Tensor, agents: np.ndarray, requests: np.ndarray, device):
-        """Advance each requesting agent's recurrent state by one step (zeroed where an episode begins); keep
-        the state before it, from which the agent's next rollout may begin."""
+    def _recurrent_inputs(self, agents: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each requesting agent's recurrent state (zeroed where an episode begins) and episode-start flags; the
+        state before this step is kept, as the next rollout may begin from it."""
         buffers = self.server.buffers
-        starts = torch.from_numpy(buffers.starts[agents, requests["slot"], requests["step"]].astype(bool)).to(device)
+        starts = buffers.starts[agents, requests["slot"], requests["step"]].astype(bool)
         state = buffers.state[agents]                                     # (B, 2, core), a copy
-        state[starts.cpu().numpy()] = 0.0
+        state[starts] = 0.0
         buffers.entry_state[agents] = state
+        return state, starts
+
+
+@torch.inference_mode()
+def act(model: torch.nn.Module, obs: torch.Tensor, device: torch.device, state: np.ndarray | None = None,
+        starts: np.ndarray | None = None) -> np.ndarray:
+    """One batched acting pass. Returns a (B, 3) float32 host array of action, log-probability and value per
+    row (recurrent nets: (B, 3 + 2 x core), the new h and c after them): one device-to-host copy per batch,
+    as each copy waits for all work queued on the device. Actions are sampled by Gumbel-max (the argmax of the
+    log-probabilities plus Gumbel noise), which needs no host check of the probabilities and so cannot fail
+    on a non-finite policy (a run whose weights went NaN is stopped by the learner's check, not here)."""
+    obs = obs.to(device, non_blocking=True)
+    if state is None:
+        logits, values = model(obs)
+    else:
         dtype = next(model.parameters()).dtype
         h, c = (torch.from_numpy(state[:, i]).to(device, dtype) for i in (0, 1))
-        logits, values, (h, c) = model.step(obs, (h, c), starts)
-        buffers.state[agents] = torch.stack((h, c), 1).float().cpu().numpy()
-        return logits, values
-
+        logits, values, (h, c) = model.step(obs, (h, c), torch.from_numpy(starts).to(device))
+    log_probs = torch.log_softmax(logits.float(), -1)
+    noise = torch.empty_like(log_probs).exponential_().log_()   # -Gumbel noise
+    actions = (log_probs - noise).argmax(-1, keepdim=True)
+    columns = [actions.float(), log_probs.gather(1, actions), values.float().unsqueeze(1)]
+    if state is not None:
+        columns += [h.float(), c.float()]
+    return torch.cat(columns, 1).cpu().numpy()

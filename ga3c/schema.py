@@ -222,10 +222,19 @@ class Suite(Section):
     include: list[str]
 
 
+class LearnerBench(Section):
+    batch_sizes: _ranged_list(Count, "a non-empty list of batch sizes", 1)
+    prediction_batch_sizes: _ranged_list(Count, "a non-empty list of batch sizes", 1)
+    updates: Count
+    warmup_updates: Count
+
+
 class Bench(Section):
     seconds_per_arm: Positive
     warmup_seconds: NonNegative
-    arms: _ranged_list(Literal["ceiling", "a3c", "ga3c"], "a non-empty list of ceiling, a3c, ga3c", 1)
+    arms: _ranged_list(Literal["ceiling", "a3c", "ga3c", "learner"],
+                       "a non-empty list of ceiling, a3c, ga3c, learner", 1)
+    learner: LearnerBench
     a3c_agents: int | None = Field(ge=1, le=4096)
     arm_overrides: dict[str, Overrides] = None
     log_every_seconds: Positive

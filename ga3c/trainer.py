@@ -79,6 +79,7 @@ class TrainerThread(threading.Thread):
             if size >= self.min_batch:
                 per_rollout = self.ROLLOUT_FIELDS + self.RECURRENT_ROLLOUT_FIELDS
                 ready = {k: torch.from_numpy(v[:rollouts if k in per_rollout else size]) for k, v in batch.items()}
+                ready["horizon"] = buffers.spec["t_max"]   # the longest rollout: shapes the learner need not read back
                 self.busy_seconds += time.perf_counter() - start
                 while not self.stopping.is_set():
                     try:

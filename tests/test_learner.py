@@ -213,3 +213,26 @@ def test_bf16_mixed_a3c_gradients_agree_with_fp32():
 
     full, mixed = gradient(False), gradient(True)
     assert torch.nn.functional.cosine_similarity(full, mixed, dim=0) > 0.99
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_rmsprop_tf_steps_follow_the_tensorflow_formula(momentum):
+    """Two steps on two parameters against the formula written out: ms = alpha ms + (1 - alpha) g^2 from ms = 1,
+    step = lr g / sqrt(ms + eps), through a momentum buffer when momentum > 0."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(4))]
+    want = [p.detach().clone() for p in params]
+    square, buffer = [torch.ones_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    optimizer = RMSpropTF(params, lr=0.05, alpha=0.9, eps=0.1, momentum=momentum)
+    for _ in range(2):
+        grads = [torch.randn_like(p) for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer.step()
+        for i, g in enumerate(grads):
+            square[i] = 0.9 * square[i] + 0.1 * g * g
+            step = 0.05 * g / torch.sqrt(square[i] + 0.1)
+            buffer[i] = momentum * buffer[i] + step
+            want[i] = want[i] - (buffer[i] if momentum else step)
+    for p, w in zip(params, want):
+        torch.testing.assert_close(p.detach(), w)

@@ -68,6 +68,19 @@ def test_vtrace_matches_reference_on_ragged_rollouts_with_episode_ends(rho_bar, 
     assert float(rho.max()) <= rho_bar + 1e-6
 
 
+@pytest.mark.parametrize("horizon", [5, 8, 20])
+def test_vtrace_with_a_static_horizon_matches_reference(horizon):
+    """The learner passes t_max as the horizon (no read-back of lengths.max()): a horizon past the longest
+    rollout pads, and changes nothing."""
+    rng = np.random.default_rng(horizon)
+    lengths = [5, 3, 5, 1, 2] if horizon < 20 else [20, 7, 1, 20, 13]
+    rollouts = random_rollouts(rng, lengths, terminal_at={1, 3})
+    vs, advantages, _ = vtrace_targets(**flat_batch(rollouts), rho_bar=1.0, c_bar=0.9, lam=0.95, horizon=horizon)
+    want_vs, want_adv = reference_vtrace(rollouts, 1.0, 0.9, 0.95)
+    np.testing.assert_allclose(vs.numpy(), want_vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages.numpy(), want_adv, rtol=1e-5, atol=1e-5)
+
+
 def test_vtrace_on_policy_equals_the_agents_returns():
     """With pi = mu, the V-trace targets are the n-step (lam = 1) and lambda-returns the agents compute; a
     terminal step (discount 0) bootstraps nothing, a truncated one (discount gamma) bootstraps V(x_n)."""

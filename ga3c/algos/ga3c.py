@@ -161,6 +161,8 @@ def release(server: Server, monitor: Monitor | None, trainer: pl.Trainer | None,
             # The last good state; after NaN the previous checkpoint is the good one and stays as it is.
             try:
                 trainer.save_checkpoint(output_dir / "checkpoints" / "last.ckpt", weights_only=False)
+            except FloatingPointError as error:  # the weights went non-finite since the last window's check
+                server.fail(str(error), error)
             except Exception as error:  # noqa: BLE001 - reported as the run's failure once all is released
                 log.error("final checkpoint failed: %s", error)
                 checkpoint_error = error

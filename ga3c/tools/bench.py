@@ -269,13 +269,17 @@ def ratios(results: dict) -> dict:
             "a3c_over_ceiling_fps": ratio(a3c, ceiling, "fps")}
 
 
+def markdown_header(meta: dict) -> list[str]:
+    return [f"# GA3C throughput benchmark: {meta['game']}, net={meta['net']}", "",
+            f"- command: `{meta['command']}`",
+            f"- machine: {meta['machine']}",
+            f"- {meta['seconds_per_arm']:.0f} s measured per arm after a {meta['warmup_seconds']:.0f} s warm-up; "
+            f"arms run one after another; date {meta['date']}"]
+
+
 def markdown(results: dict, meta: dict) -> str:
     r = ratios(results)
-    lines = [f"# GA3C throughput benchmark: {meta['game']}, net={meta['net']}", "",
-             f"- command: `{meta['command']}`",
-             f"- machine: {meta['machine']}",
-             f"- {meta['seconds_per_arm']:.0f} s measured per arm after a {meta['warmup_seconds']:.0f} s warm-up; "
-             f"arms run one after another; date {meta['date']}", "",
+    lines = [*markdown_header(meta), "",
              "| arm | NA/NP/NT | env frames/s | PPS | TPS | training samples/s | CPU util (arm) | machine CPU busy "
              "| GPU util | frames per CPU-s | samples per CPU-s |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -357,7 +361,20 @@ def chart(results: dict, meta: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) -> None:
+def learner_figures(learner: dict | None) -> dict:
+    """The learner micro-benchmark's figures as flat W&B keys."""
+    figures = {}
+    for size, r in (learner or {}).get("training", {}).items():
+        figures |= {f"bench/learner/train_b{size}/ms": r["ms"], f"bench/learner/train_b{size}/ops": r["ops"],
+                    f"bench/learner/train_b{size}/syncs": r["syncs"]}
+        figures |= {f"bench/learner/train_b{size}/{k}_ms": v for k, v in r["phases_ms"].items()}
+    for size, r in (learner or {}).get("prediction", {}).items():
+        figures |= {f"bench/learner/predict_b{size}/{k}": r[k] for k in ("ms", "ops", "syncs")}
+    return figures
+
+
+def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path | None,
+              learner: dict | None = None) -> None:
     if cfg.wandb.mode == "disabled":
         return
     import wandb
@@ -376,7 +393,8 @@ def log_wandb(cfg: DictConfig, results: dict, meta: dict, out: Path, png: Path) 
         table.add_data(arm, *[m.get(k) for k in keys])
         figures.update({f"bench/{arm}/{k}": m[k] for k in keys if isinstance(m.get(k), (int, float))})
     figures.update({f"bench/{k}": v for k, v in ratios(results).items() if v is not None})
-    run.log({**figures, "bench/table": table, "bench/chart": wandb.Image(str(png))})
+    figures.update(learner_figures(learner))
+    run.log({**figures, "bench/table": table} | ({"bench/chart": wandb.Image(str(png))} if png else {}))
     run.summary.update(figures)
     finish_wandb()
 
@@ -403,7 +421,7 @@ def machine_description() -> str:
 def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    arms = list(cfg.bench.arms)
+    arms = [a for a in cfg.bench.arms if a != "learner"]
     unknown = [a for a in arms if a not in ARM_ALGOS]
     if unknown:
         from ga3c.config import ConfigError
@@ -440,18 +458,30 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    report = dict(meta=meta, arms=results, ratios=ratios(results))
+    learner = None
+    if "learner" in cfg.bench.arms and not interrupted:   # in this process, after the arms (a quiet machine)
+        from ga3c.tools.learner_bench import learner_bench
+
+        learner = learner_bench(cfg)
+    report = dict(meta=meta, arms=results, ratios=ratios(results), learner=learner)
     (out / "bench.json").write_text(json.dumps(report, indent=2, default=float))
     from ga3c.tools.manifest import write_manifest
 
     write_manifest(out, "ga3c.tools.bench", game=meta["game"], net=net,
                    frames_per_second={arm: m.get("fps") for arm, m in results.items()})
-    md = markdown(results, meta)
+    md = markdown(results, meta) if results else "\n".join(markdown_header(meta)[:-1] + [""])
+    if learner is not None:
+        from ga3c.tools import learner_bench
+
+        md += "\n" + "\n".join(learner_bench.markdown(learner))
     (out / "bench.md").write_text(md)
-    chart(results, meta, out / "bench.png")
-    log_wandb(cfg, results, meta, out, out / "bench.png")
+    png = None
+    if results:
+        png = out / "bench.png"
+        chart(results, meta, png)
+    log_wandb(cfg, results, meta, out, png, learner)
     print(md, flush=True)
-    print(f"[bench] wrote {out / 'bench.md'}, {out / 'bench.png'}, {out / 'bench.json'}", flush=True)
+    print(f"[bench] wrote {out / 'bench.md'}, {png or '(no chart: no arm ran)'}, {out / 'bench.json'}", flush=True)
     failed = [arm for arm, m in results.items() if m.get("returncode") not in (0, None)]
     if failed:
         print(f"[bench] arm(s) failed: {failed}; see */bench_arm.log", file=sys.stderr, flush=True)
