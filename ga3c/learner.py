@@ -245,7 +245,6 @@ class Learner(pl.LightningModule):
         parts = a3c_loss(logits, values, batch["actions"], returns, beta, self.log_epsilon,
                          self.value_coef, self.reduction, advantages, self.normalize_advantage,
                          batch.get("behaviour_logp"), self.ppo_clip)
-        self.note_if_nonfinite(parts["loss"], 0)
         if self.entropy_floor:
             self.raise_beta_under_floor(parts["entropy"] / (len(logits) if self.reduction == "sum" else 1),
                                         logits.shape[-1])
@@ -261,19 +260,22 @@ class Learner(pl.LightningModule):
         norm = nn.utils.get_total_norm(grads)
         if self.grad_clip:
             nn.utils.clip_grads_with_norm_(self.model.parameters(), self.grad_clip, norm)
-        self.note_if_nonfinite(norm, 1)
+        self.note_if_nonfinite(self._step_metrics["loss"], norm)
         # A new dict, never a change to the published one: the monitor thread may be iterating it right now.
         self.last_metrics = self._step_metrics | {"grad_norm": norm.detach()}
 
     NONFINITE_KINDS = ("loss", "gradient norm")
 
     @torch.no_grad()
-    def note_if_nonfinite(self, value: torch.Tensor, kind: int) -> None:
-        """Record the first update whose `value` (kind: an index of NONFINITE_KINDS) is NaN or infinite,
-        without reading anything back to the host."""
-        first = ~torch.isfinite(value.detach()) & (self.first_nonfinite[0] < 0)
-        record = torch.stack((torch.full_like(self.first_nonfinite[0], self.version),
-                              torch.full_like(self.first_nonfinite[0], kind), value.detach().double()))
+    def note_if_nonfinite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Record the first update whose loss or gradient norm is NaN or infinite, without reading anything back
+        to the host (a handful of device operations per update)."""
+        values = torch.stack((loss.detach().double(), grad_norm.detach().double()))
+        bad = ~torch.isfinite(values)
+        loss_bad = bad[0]                              # the loss if it is bad, else the gradient norm
+        record = torch.stack((torch.full_like(values[0], self.version), (~loss_bad).double(),
+                              torch.where(loss_bad, values[0], values[1])))
+        first = bad.any() & (self.first_nonfinite[0] < 0)
         self.first_nonfinite.copy_(torch.where(first, record, self.first_nonfinite))
 
     def raise_if_nonfinite(self) -> None:

@@ -8,6 +8,8 @@ import time
 import numpy as np
 import torch
 
+from ga3c.thread_names import name_os_thread
+
 
 class Predictor(threading.Thread):
     """Takes all waiting requests (up to `max_batch`), acts for them in one forward pass, answers each agent."""
@@ -45,6 +47,7 @@ class Predictor(threading.Thread):
         return self._low_precision, version
 
     def run(self) -> None:
+        name_os_thread(self.name)
         try:
             self._loop()
         except BaseException as error:  # noqa: BLE001 - the server reports it and stops the run

@@ -16,6 +16,7 @@ from ga3c.agent import run_agent
 from ga3c.predictor import Predictor
 from ga3c.shared_memory import (ANSWER_READY, ANSWER_STOP, PREDICTION_REQUEST, ROLLOUT, RecordPipe, SharedBuffers,
                                remove_orphaned_segments)
+from ga3c.thread_names import name_os_thread
 from ga3c.trainer import TrainerThread
 
 log = logging.getLogger(__name__)
@@ -261,6 +262,7 @@ class Server(RunControl):
     def _watch(self) -> None:
         """The supervisor: replaces dead agents, stops the run at max_frames or a stall, ticks the monitor. If it
         raised and died silently nothing would stop the run (a test run once hung so): it fails the run instead."""
+        name_os_thread("watchdog")
         try:
             self._supervise()
         except BaseException as error:  # noqa: BLE001

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 import torch
+
+from ga3c.thread_names import name_os_thread
 from torch.utils.data import IterableDataset
 
 
@@ -23,6 +25,7 @@ class TrainerThread(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        name_os_thread(self.name)
         try:
             self._loop()
         except BaseException as error:  # noqa: BLE001

@@ -46,7 +46,8 @@ def test_arm_overrides_same_for_every_arm_but_algo_and_a3c_agents(tmp_path):
 def _summary(wall, frames, trained, updates, status="running", **extra):
     return dict(summary=dict(wall_seconds=wall, frames=frames, trained_steps=trained, updates=updates,
                              status=status, agents=4, predictors=1, trainers=1, **extra),
-                t=100.0 + wall, cpu={1: wall * 0.5, 2: wall * 1.0}, machine=(wall * 150.0, wall * 200.0))
+                t=100.0 + wall, cpu={1: wall * 0.5, 2: wall * 1.0}, machine=(wall * 150.0, wall * 200.0),
+                threads={"learner (main)": wall * 0.75, "predictor-0": wall * 0.25})
 
 
 def test_measure_uses_the_window_after_warm_up():
@@ -66,6 +67,33 @@ def test_measure_uses_the_window_after_warm_up():
     assert m["cpu_util"] == pytest.approx(1.5 / (os.cpu_count() or 1))  # 1.5 CPU-seconds per second
     assert m["machine_cpu_busy"] == pytest.approx(0.75)
     assert m["status"] == "finished" and m["gpu_util"] is None
+    assert m["thread_cpu"] == pytest.approx({"learner (main)": 0.75, "predictor-0": 0.25})
+
+
+def test_thread_cpu_seconds_reads_each_named_thread_of_a_process():
+    """The run's threads carry their names to the OS, so the bench reads each one's CPU time from /proc."""
+    import threading
+    import time
+
+    from ga3c.thread_names import name_os_thread
+    from ga3c.tools.bench import thread_cpu_seconds
+
+    stop = threading.Event()
+
+    def spin():
+        name_os_thread("predictor-7")
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        seconds = thread_cpu_seconds(os.getpid())
+    finally:
+        stop.set()
+        thread.join()
+    assert seconds["predictor-7"] > 0.05 and "learner (main)" in seconds, seconds
 
 
 def test_report_has_ratios_and_time_shares():

@@ -236,3 +236,28 @@ def test_rmsprop_tf_steps_follow_the_tensorflow_formula(momentum):
             want[i] = want[i] - (buffer[i] if momentum else step)
     for p, w in zip(params, want):
         torch.testing.assert_close(p.detach(), w)
+
+
+def test_non_finite_loss_is_recorded_on_the_device_and_raised_at_the_check():
+    """The update never reads the loss back: the first non-finite loss or gradient norm is recorded (update,
+    kind, value) and raised by raise_if_nonfinite, which the monitor calls once a window and every checkpoint
+    calls first; later non-finite values do not overwrite the first."""
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.SGD(params, lr=0.1))
+    learner.raise_if_nonfinite()   # nothing recorded: no error
+    learner.version = 2
+    learner.note_if_nonfinite(torch.tensor(1.5), torch.tensor(3.0))
+    learner.raise_if_nonfinite()
+    learner.version = 3
+    learner.note_if_nonfinite(torch.tensor(float("nan")), torch.tensor(float("nan")))
+    learner.version = 4
+    learner.note_if_nonfinite(torch.tensor(1.0), torch.tensor(float("inf")))
+    with pytest.raises(FloatingPointError, match=r"^loss is nan at update 3: training stopped"):
+        learner.raise_if_nonfinite()
+    with pytest.raises(FloatingPointError, match="loss is nan at update 3"):
+        learner.on_save_checkpoint({})
+    fresh = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.SGD(params, lr=0.1))
+    fresh.version = 7
+    fresh.note_if_nonfinite(torch.tensor(0.5), torch.tensor(float("-inf")))
+    with pytest.raises(FloatingPointError, match="^gradient norm is -inf at update 7"):
+        fresh.raise_if_nonfinite()
+    assert "first_nonfinite" not in fresh.state_dict()   # not in checkpoints: a resumed run starts clean

@@ -117,3 +117,36 @@ def test_a_feed_forward_net_has_no_recurrent_fields():
     buffers = FakeServer().buffers
     assert not buffers.recurrent and buffers.state.size == buffers.start_state.size == buffers.starts.size == 0
 
+
+
+def test_act_samples_the_policy_by_gumbel_max_and_returns_one_host_array():
+    """act() draws each action with the policy's probabilities (Gumbel-max), returns action, log-probability and
+    value in one float32 array, and the log-probability is the chosen action's."""
+    from ga3c.predictor import act
+
+    class Fixed(torch.nn.Module):
+        def forward(self, obs):
+            logits = torch.log(torch.tensor([0.6, 0.3, 0.1])).expand(len(obs), 3)
+            return logits, obs[:, 0] * 2.0
+
+    torch.manual_seed(0)
+    obs = torch.arange(20_000, dtype=torch.float32).unsqueeze(1)
+    answers = act(Fixed(), obs, torch.device("cpu"))
+    assert answers.shape == (20_000, 3) and answers.dtype == np.float32
+    actions = answers[:, 0].astype(int)
+    np.testing.assert_allclose(np.bincount(actions, minlength=3) / len(actions), [0.6, 0.3, 0.1], atol=0.015)
+    np.testing.assert_allclose(answers[:, 1], np.log([0.6, 0.3, 0.1])[actions], rtol=1e-5)
+    np.testing.assert_allclose(answers[:, 2], 2.0 * obs[:, 0].numpy())
+
+
+def test_act_does_not_raise_on_a_nan_policy():
+    """Weights gone NaN are the learner's to report (once a window): a predictor acting meanwhile answers
+    valid action indices instead of failing its thread (torch.multinomial raised here)."""
+    from ga3c.predictor import act
+
+    model = ConvActorCritic((4, 84, 84), 3, [16, 32], [8, 4], [4, 2], 64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    answers = act(model, torch.zeros(5, 4, 84, 84, dtype=torch.uint8), torch.device("cpu"))
+    assert set(answers[:, 0].astype(int)) <= {0, 1, 2}

@@ -71,6 +71,29 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
     return out
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of process `pid`, summed by label: the OS thread name the run gave it
+    (predictor-N, trainer-N, watchdog: ga3c/thread_names.py), "learner (main)" for the main thread, which
+    runs Lightning's loop, and "other" for the rest (torch's intra-op pool, Python's helpers)."""
+    out: dict[str, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            head, tail = (task / "stat").read_text().rsplit(")", 1)
+            fields = tail.split()
+            seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            continue
+        name = head.split("(", 1)[1]
+        label = "learner (main)" if task.name == str(pid) else (
+            name if name.startswith(("predictor-", "trainer-", "watchdog")) else "other")
+        out[label] = out.get(label, 0.0) + seconds
+    return out
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies of the whole machine from /proc/stat."""
     try:
@@ -149,7 +172,8 @@ def run_arm(cfg: DictConfig, arm: str, user: list[str], run_dir: Path, stop: thr
                 if summary is not None and summary.get("wall_seconds") != last_wall:
                     last_wall = summary.get("wall_seconds")
                     cpu = cpu_seconds(process_tree(process.pid)) if not finished else {}
-                    seen.append(dict(summary=summary, t=now, cpu=cpu, machine=machine_cpu()))
+                    threads = thread_cpu_seconds(process.pid) if not finished else {}
+                    seen.append(dict(summary=summary, t=now, cpu=cpu, machine=machine_cpu(), threads=threads))
                     if first_frame_wall is None and summary.get("frames", 0) > 0:
                         first_frame_wall = last_wall
                         print(f"[bench] {arm}: first frames after {now - started:.0f} s", flush=True)
@@ -238,6 +262,10 @@ def measure(arm: str, seen: list[dict], warm_from: float, gpu: GpuSampler, retur
     result["gpu_util"] = gpu.mean(first["t"], last["t"])
     # per CPU-second of the arm: what the design costs, whatever share of a busy machine the arm got
     cpu_rate = tree / poll_dt
+    # CPU-seconds per second of each thread of the arm's main process (1.0 = one core all the time): whether
+    # the learner and predictor threads, which share one interpreter, are bound by it.
+    result["thread_cpu"] = {label: max(seconds - first.get("threads", {}).get(label, 0.0), 0.0) / poll_dt
+                            for label, seconds in sorted(last.get("threads", {}).items())}
     for key in ("fps", "samples_per_s"):
         result[f"{key}_per_cpu_s"] = result[key] / cpu_rate if cpu_rate > 0 else None
     return result
@@ -323,7 +351,10 @@ def markdown(results: dict, meta: dict) -> str:
             "learner is the bottleneck; on a CPU it shares the cores with agents and predictors)",
             f"- CPU: the run used {fmt(g.get('cpu_util'), percent=True)} of the machine's cores; the machine as a "
             f"whole was {fmt(g.get('machine_cpu_busy'), percent=True)} busy; GPU: {fmt(g.get('gpu_util'), percent=True)}",
-            f"- policy lag: {fmt(g.get('policy_lag_mean'), 1)} updates", ""]
+            f"- policy lag: {fmt(g.get('policy_lag_mean'), 1)} updates",
+            "- threads of the learner's process, CPU-seconds per second (1 = one core): "
+            + (", ".join(f"{k} {v:.2f}" for k, v in (g.get("thread_cpu") or {}).items()) or "n/a")
+            + f"; together {fmt(sum((g.get('thread_cpu') or {}).values()), 2)}", ""]
     if a:
         lines += ["A3C (share of wall time, mean per agent process):", "",
                   f"- env {fmt(a.get('a3c_env_share'), percent=True)}, acting forward passes "

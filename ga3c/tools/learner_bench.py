@@ -30,6 +30,9 @@ SYNC_OPS = {"_local_scalar_dense", "is_nonzero", "nonzero", "masked_select", "eq
             "unique_consecutive", "unique_dim", "repeat_interleave", "nonzero_static"}
 
 
+COUNTED_UPDATES = 3   # updates whose operations are counted, after the timed ones
+
+
 class DispatchCounter(TorchDispatchMode):
     """Counts the aten operations dispatched while active (autograd's backward included), which of them
     synchronise the host with the device, and the device-to-host copies asked for (`Tensor.cpu`,
@@ -165,37 +168,49 @@ def lightning_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates
 
     learner, _, _ = build(cfg)
 
+    counted = COUNTED_UPDATES
+    total = warmup + updates + counted
+
     class Batches(IterableDataset):
         def __iter__(self):
-            for i in range(warmup + updates):
+            for i in range(total):
                 yield batches[i % len(batches)]
 
     class Clock(pl.Callback):
+        """Times the updates after the warm-up, then counts the operations of a few more (counting slows
+        each operation, so it never runs while the clock does)."""
+
         def __init__(self):
-            self.counter, self.start, self.end = DispatchCounter(), None, None
+            self.counter, self.start, self.end, self.counting = DispatchCounter(), None, None, False
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             if batch_idx == warmup - 1:
                 _sync(module.device)
                 self.start = time.perf_counter()
-                self.counter.__enter__()
             elif batch_idx == warmup + updates - 1:
-                self.counter.__exit__(None, None, None)
                 _sync(module.device)
                 self.end = time.perf_counter()
+                self.counter.__enter__()
+                self.counting = True
+            elif batch_idx == total - 1:
+                self.counter.__exit__(None, None, None)
+                self.counting = False
 
     clock = Clock()
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=1, precision=precision, max_epochs=-1,
-                         max_steps=warmup + updates, logger=False, enable_checkpointing=False,
+                         max_steps=total, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[clock])
-    trainer.fit(learner, DataLoader(Batches(), batch_size=None, num_workers=0))
-    if clock.end is None:   # the loop ended early: leave no mode active
-        clock.counter.__exit__(None, None, None)
+    try:
+        trainer.fit(learner, DataLoader(Batches(), batch_size=None, num_workers=0))
+    finally:
+        if clock.counting:   # the loop ended early: leave no mode active
+            clock.counter.__exit__(None, None, None)
+    if clock.end is None or clock.counting:
         raise RuntimeError("the learner benchmark's fit loop ended before its last update")
-    return dict(ms=1e3 * (clock.end - clock.start) / updates, ops=clock.counter.total_ops / updates,
-                syncs=clock.counter.total_syncs / updates,
-                sync_ops={k: v / updates for k, v in clock.counter.syncs.items()}, device=str(learner.device))
+    return dict(ms=1e3 * (clock.end - clock.start) / updates, ops=clock.counter.total_ops / counted,
+                syncs=clock.counter.total_syncs / counted,
+                sync_ops={k: v / counted for k, v in clock.counter.syncs.items()}, device=str(learner.device))
 
 
 def direct_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates: int, precision: str,
