@@ -146,3 +146,20 @@ def test_algos_import_no_tools_and_are_siblings():
         elif module != DISPATCH:
             algo_imports = sorted(i for i in imports if algo_of(i) is not None)
             assert not algo_imports, f"{module} imports algo modules {algo_imports}; only {DISPATCH} may"
+
+
+def test_every_results_folder_names_where_its_figures_came_from():
+    """Each folder of results/ that holds files (a study's runs/ aside) has its manifest.json (command, commit,
+    date, host), and no committed result names a path of the machine that made it."""
+    results = REPO / "results"
+    lacking, machine_paths = [], []
+    for folder in sorted(p for p in results.rglob("*") if p.is_dir() and "runs" not in p.relative_to(results).parts):
+        if any(f.is_file() for f in folder.iterdir()) and not (folder / "manifest.json").exists():
+            lacking.append(str(folder.relative_to(REPO)))
+    for path in results.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".md", ".csv", ".jsonl", ".yaml"):
+            text = path.read_text(errors="replace")
+            if any(f'{q}{root}' in text for q in ('"', "'", " ", "=") for root in ("/work/", "/root/", "/home/")):
+                machine_paths.append(str(path.relative_to(REPO)))
+    assert not lacking, f"results folders without manifest.json: {lacking}"
+    assert not machine_paths, f"results naming an absolute path of their machine: {machine_paths[:10]}"
