@@ -242,6 +242,16 @@ class Bench(Section):
     startup_grace_seconds: Positive
 
 
+class DeviceCheck(Section):
+    nets: _ranged_list(Name, "a non-empty list of net names", 1)
+    bench_arms: _ranged_list(Literal["ceiling", "a3c", "ga3c"], "a non-empty list of ceiling, a3c, ga3c", 1)
+    bench_seconds: Positive
+    bench_warmup_seconds: NonNegative
+    learner_updates: Count
+    learning_seconds: Positive
+    learning_arms: dict[str, Overrides]
+
+
 class Run(Section):
     """The composed config: conf/config.yaml's keys (every run needs them) and the tools' optional ones."""
     seed: Seed
@@ -280,6 +290,7 @@ class Run(Section):
     games: _ranged_list(Name, "a non-empty list of game names", 1) = None   # suite
     suite: Suite = None
     bench: Bench = None
+    device_check: DeviceCheck = None
 
 
 # --- net/: each network class's keywords (ga3c/networks.py) ----------------------------------------------

@@ -119,6 +119,10 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert 0 < checkpoint["global_step"] <= 400
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+    # periodic checkpoints are named so that the documented resume command takes them unquoted
+    periodic = sorted((tmp_path / "checkpoints").glob("step-*.ckpt"))
+    assert periodic and not list((tmp_path / "checkpoints").glob("*=*"))
+    assert compose_config(f"ckpt_path={periodic[0]}").ckpt_path == str(periodic[0])
     assert read_summary(tmp_path)["status"] == "failed"
     assert_no_leftovers(str(tmp_path))
 

@@ -88,7 +88,7 @@ def _train_ga3c(cfg: DictConfig, signals: StopSignals) -> dict:
         server.monitor = monitor
         run_state = RunState(server, monitor, wandb_id)
         checkpoints = pl.callbacks.ModelCheckpoint(
-            dirpath=output_dir / "checkpoints", filename="{step}", save_last=True, save_top_k=cfg.checkpoint.keep,
+            dirpath=output_dir / "checkpoints", filename="step-{step}", auto_insert_metric_name=False, save_last=True, save_top_k=cfg.checkpoint.keep,
             monitor="step", mode="max", train_time_interval=timedelta(minutes=cfg.checkpoint.every_minutes))
         callbacks = [run_state, monitor, checkpoints]
         if cfg.get("video") and cfg.video.every_minutes:  # gameplay videos while training (off by default)
