@@ -360,7 +360,7 @@ class Adam(TorchFlags):
     eps: NonNegative = None
     weight_decay: NonNegative = None
     amsgrad: bool = None
-    fused: Any = None
+    fused: bool | None = None   # conf/optimizer/adam.yaml sets it; null = torch decides
     decoupled_weight_decay: bool = None
 
 

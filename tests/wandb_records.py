@@ -14,6 +14,20 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def record_kinds(path: Path) -> list[str]:
+    return [record.WhichOneof("record_type") for record in records(path)]
+
+
+def history_keys(path: Path) -> set[str]:
+    """The metric names logged as history (wandb.log / the Lightning logger) in a .wandb file: each history
+    record's items, not a search of the raw bytes (where the config's own names also occur)."""
+    keys = set()
+    for record in records(path):
+        if record.WhichOneof("record_type") == "history":
+            keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+    return keys
+
+
+def records(path: Path) -> list:
     from wandb.proto import wandb_internal_pb2
 
     data = Path(path).read_bytes()
@@ -34,7 +48,7 @@ def record_kinds(path: Path) -> list[str]:
         payload, pending = (pending + chunk, b"") if kind == LAST else (chunk, b"")
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
-        kinds.append(record.WhichOneof("record_type"))
+        kinds.append(record)
     return kinds
 
 

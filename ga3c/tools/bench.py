@@ -493,7 +493,7 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
     if "learner" in cfg.bench.arms and not interrupted:   # in this process, after the arms (a quiet machine)
         from ga3c.tools.learner_bench import learner_bench
 
-        learner = learner_bench(cfg)
+        learner = learner_bench(cfg, out)
     report = dict(meta=meta, arms=results, ratios=ratios(results), learner=learner)
     (out / "bench.json").write_text(json.dumps(report, indent=2, default=float))
     from ga3c.tools.manifest import write_manifest

@@ -10,14 +10,17 @@ straight into the learner, per batch size:
   `TorchDispatchMode` (works on CPU): every aten operation, the ones that make the host wait for the device
   (scalar reads, data-dependent shapes) and device-to-host copies (`.cpu()`, `.tolist()`).
 On CUDA each phase is timed with a device synchronisation between phases (only in the split, never in the
-counts or the Lightning figure).
+counts or the Lightning figure), CUDA's sync debug mode counts the synchronisations it sees during the counted
+updates (`cuda_syncs`), and a torch.profiler trace of one update per batch size is written beside bench.md.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import time
+import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -192,9 +195,13 @@ def lightning_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates
                 self.end = time.perf_counter()
                 self.counter.__enter__()
                 self.counting = True
+                if module.device.type == "cuda":   # CUDA's own account of the syncs: a warning each
+                    torch.cuda.set_sync_debug_mode("warn")
             elif batch_idx == total - 1:
                 self.counter.__exit__(None, None, None)
                 self.counting = False
+                if module.device.type == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
 
     clock = Clock()
     trainer = pl.Trainer(accelerator=cfg.trainer.accelerator, devices=1, precision=precision, max_epochs=-1,
@@ -202,20 +209,27 @@ def lightning_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[clock])
     try:
-        trainer.fit(learner, DataLoader(Batches(), batch_size=None, num_workers=0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(learner, DataLoader(Batches(), batch_size=None, num_workers=0))
     finally:
         if clock.counting:   # the loop ended early: leave no mode active
             clock.counter.__exit__(None, None, None)
+            if torch.cuda.is_available():
+                torch.cuda.set_sync_debug_mode("default")
+    cuda_syncs = sum("synchroniz" in str(w.message) for w in caught) / counted if torch.cuda.is_available() else None
     if clock.end is None or clock.counting:
         raise RuntimeError("the learner benchmark's fit loop ended before its last update")
     return dict(ms=1e3 * (clock.end - clock.start) / updates, ops=clock.counter.total_ops / counted,
                 syncs=clock.counter.total_syncs / counted,
-                sync_ops={k: v / counted for k, v in clock.counter.syncs.items()}, device=str(learner.device))
+                sync_ops={k: v / counted for k, v in clock.counter.syncs.items()}, device=str(learner.device),
+                cuda_syncs=cuda_syncs)
 
 
 def direct_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates: int, precision: str,
-                   device: torch.device) -> dict:
-    """The same updates by direct calls: ms per phase, and ops/syncs per update."""
+                   device: torch.device, trace: Path | None = None) -> dict:
+    """The same updates by direct calls: ms per phase, and ops/syncs per update; on CUDA with `trace`, a
+    torch.profiler trace of one update (chrome://tracing or Perfetto reads it)."""
     learner, _, _ = build(cfg)
     learner.to(device)
     configured = learner.configure_optimizers()
@@ -228,6 +242,13 @@ def direct_updates(cfg: DictConfig, batches: list[dict], warmup: int, updates: i
     counter = DispatchCounter()
     with counter:
         direct_update(learner, optimizer, batches[0], device, precision)
+    if trace is not None and device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            direct_update(learner, optimizer, batches[0], device, precision)
+            _sync(device)
+        profiler.export_chrome_trace(str(trace))
     return dict(phases_ms={k: 1e3 * v / updates for k, v in phases.items()}, ops=counter.total_ops,
                 syncs=counter.total_syncs, sync_ops=dict(counter.syncs))
 
@@ -265,8 +286,9 @@ def predictor_batches(cfg: DictConfig, shapes, sizes: list[int], device: torch.d
     return out
 
 
-def learner_bench(cfg: DictConfig) -> dict:
-    """Every figure of the micro-benchmark for the configured run, per training and prediction batch size."""
+def learner_bench(cfg: DictConfig, out: Path | None = None) -> dict:
+    """Every figure of the micro-benchmark for the configured run, per training and prediction batch size
+    (on CUDA, a profiler trace of one update per batch size into `out`)."""
     settings = cfg.bench.learner
     learner, shapes, precision = build(cfg)
     obs_shape, obs_dtype, num_actions = shapes
@@ -283,11 +305,13 @@ def learner_bench(cfg: DictConfig) -> dict:
         rollouts = max(1, int(size) // t_max)
         batches = [synthetic_batch(obs_shape, obs_dtype, num_actions, rollouts, t_max, core, rng) for _ in range(4)]
         fit = lightning_updates(cfg, batches, warmup, updates, precision)
-        direct = direct_updates(cfg, batches, warmup, updates, precision, device)
+        trace = out / f"learner_trace_b{rollouts * t_max}.json" if out is not None else None
+        direct = direct_updates(cfg, batches, warmup, updates, precision, device, trace)
         split = direct["phases_ms"]
         split["rest"] = max(fit["ms"] - sum(split.values()), 0.0)
         results["training"][rollouts * t_max] = dict(ms=fit["ms"], phases_ms=split, ops=fit["ops"],
                                                      syncs=fit["syncs"], sync_ops=fit["sync_ops"],
+                                                     cuda_syncs=fit["cuda_syncs"],
                                                      direct_ops=direct["ops"], direct_syncs=direct["syncs"])
         print(f"[bench] learner: batch {rollouts * t_max}: {fit['ms']:.2f} ms/update ("
               + ", ".join(f"{k} {v:.2f}" for k, v in split.items()) + f"), {fit['ops']:.0f} ops, "
