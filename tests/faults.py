@@ -4,6 +4,7 @@ agent process imports it (the faulty nets, which the learner alone builds, are i
 from __future__ import annotations
 
 import os
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +38,24 @@ class Faulty(gym.Env):
 
 
 gym.register("Faulty-v0", entry_point=Faulty)
+
+
+class Hanging(Faulty):
+    """Faulty's vectors without its fault; after `GA3C_HANG_STEP` steps in a process (default 300) every step
+    blocks for ever: a stuck emulator, which only the run's stall check (stall_seconds) can notice."""
+
+    steps_in_process = 0
+
+    def step(self, action):
+        Hanging.steps_in_process += 1
+        if Hanging.steps_in_process >= int(os.environ.get("GA3C_HANG_STEP", "300")):
+            while True:
+                time.sleep(3600)
+        self.t += 1
+        return np.full(4, self.t % 3 - 1, np.float32), 1.0, self.t >= 100, False, {}
+
+
+gym.register("Hanging-v0", entry_point=Hanging)
 
 
 class OneStepLate(gym.Wrapper):

@@ -15,6 +15,7 @@ import torch
 
 from helpers import (REPO, assert_no_leftovers, compose_config, descendants, dump_stacks, leaked_shm_segments,
                      read_summary, run_train, train_command, wait_until)
+from wandb_records import exit_code
 
 
 def balanced(summary: dict) -> bool:
@@ -124,6 +125,33 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     assert periodic and not list((tmp_path / "checkpoints").glob("*=*"))
     assert compose_config(f"ckpt_path={periodic[0]}").ckpt_path == str(periodic[0])
     assert read_summary(tmp_path)["status"] == "failed"
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ga3c", "ceiling"])
+def test_a_stalled_run_fails_and_is_recorded_as_failed(tmp_path, algo):
+    """Every env stuck (no agent steps for stall_seconds): the run stops with the reason instead of hanging, its
+    summary says failed, its W&B run is finished as failed (exit code 1), nothing is left behind."""
+    result = run_train(tmp_path, f"algo={algo}", "game=cartpole", "game.id=tests.faults:Hanging-v0", "agents=2",
+                       "stall_seconds=3", "max_frames=null", "wandb.mode=offline", check=False, timeout=150)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "no agent produced experience for 3 s" in result.stderr + result.stdout
+    assert read_summary(tmp_path)["status"] == "failed"
+    (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
+    assert exit_code(wandb_file) == 1
+    assert_no_leftovers(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_failed_a3c_run_is_recorded_as_failed_in_wandb(tmp_path):
+    result = run_train(tmp_path, "algo=a3c", "game=cartpole", "agents=2", "net._target_=tests.fault_nets.NaNNet",
+                       "~net.init", "+net.after=100", "max_frames=null", "wandb.mode=offline", check=False, timeout=150)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "loss is nan" in result.stderr
+    assert read_summary(tmp_path)["status"] == "failed"
+    (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
+    assert exit_code(wandb_file) == 1
     assert_no_leftovers(str(tmp_path))
 
 

@@ -27,6 +27,12 @@ def history_keys(path: Path) -> set[str]:
     return keys
 
 
+def exit_code(path: Path) -> int | None:
+    """The exit code `wandb.finish` recorded (1: the run failed), or None for a run left unfinished."""
+    codes = [record.exit.exit_code for record in records(path) if record.WhichOneof("record_type") == "exit"]
+    return codes[-1] if codes else None
+
+
 def records(path: Path) -> list:
     from wandb.proto import wandb_internal_pb2
 

@@ -172,7 +172,7 @@ class A3CRun(RunControl):
                 monitor.publish(metrics, self.stop_reason)
                 monitor.write_summary(metrics, self.stop_reason, status=status)
                 if monitor.wandb_run is not None:
-                    finish_wandb()
+                    finish_wandb(exit_code=1 if status == "failed" or self.error is not None else 0)
                 agents.close()
                 stop_forkserver()  # it outlives its children: a finished run leaves no process behind
         if self.error is not None:

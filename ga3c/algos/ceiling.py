@@ -53,7 +53,7 @@ def train_ceiling(cfg: DictConfig) -> dict:
                     metrics = monitor.tick(force=True) or monitor.latest
                     monitor.write_summary(metrics, status=status)
             finally:
-                finish_wandb()
+                finish_wandb(exit_code=1 if status == "failed" else 0)
                 server.close()
                 stop_forkserver()
     if server.error is not None:
