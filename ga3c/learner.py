@@ -158,6 +158,26 @@ def linear_decay(start: float, end: float, update: int, updates: int) -> float:
     return start + (end - start) * min(1.0, update / updates)
 
 
+def lr_scale_at(update: float, warmup_updates: int = 0, lr_decay_updates: int = 0,
+                lr_final_scale: float = 0.0) -> float:
+    """The learning rate's factor at `update` (counted from 0): a linear warm-up over warmup_updates, times a
+    linear decay from 1 to lr_final_scale over lr_decay_updates (then held there). GA3C's learner and A3C's
+    workers both follow it."""
+    scale = min(1.0, (update + 1) / warmup_updates) if warmup_updates else 1.0
+    if lr_decay_updates:
+        scale *= linear_decay(1.0, lr_final_scale, update, lr_decay_updates)
+    return scale
+
+
+def beta_at(update: float, beta: float, beta_decay_updates: int = 0, beta_final: float = 0.001,
+            beta_decay_start: int = 0) -> float:
+    """The entropy weight at `update` (counted from 0): beta until beta_decay_start, then moved linearly to
+    beta_final over beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
+    if not beta_decay_updates:
+        return beta
+    return linear_decay(beta, beta_final, max(0, update - beta_decay_start), beta_decay_updates)
+
+
 class Learner(pl.LightningModule):
     """A3C loss, one optimizer step per pass over an assembled batch (`epochs` passes; the dataset repeats it).
     `version` (updates done) tags each prediction so the policy lag of every trained sample is known."""
@@ -307,12 +327,8 @@ class Learner(pl.LightningModule):
         self.version = int(checkpoint.get("global_step", 0))
 
     def lr_scale(self, update: int) -> float:
-        """The learning rate's factor at `update` (counted from 0): a linear warm-up over warmup_updates, times a
-        linear decay from 1 to lr_final_scale over lr_decay_updates (then held there)."""
-        scale = min(1.0, (update + 1) / self.warmup_updates) if self.warmup_updates else 1.0
-        if self.lr_decay_updates:
-            scale *= linear_decay(1.0, self.lr_final_scale, update, self.lr_decay_updates)
-        return scale
+        """The learning rate's factor at `update` (lr_scale_at with this learner's schedule)."""
+        return lr_scale_at(update, self.warmup_updates, self.lr_decay_updates, self.lr_final_scale)
 
     # How fast the entropy floor moves beta: log(factor) changes by this per update per unit of the entropy's
     # shortfall (as a share of the floor). A policy at half the floor doubles beta in ~14 updates; one above it
@@ -332,12 +348,8 @@ class Learner(pl.LightningModule):
         self.log_beta_boost.add_(self.BOOST_RATE * shortfall).clamp_(0.0, self.MAX_BOOST)
 
     def beta_at(self, update: int) -> float:
-        """The entropy weight at `update` (counted from 0): beta until beta_decay_start, then moved linearly to
-        beta_final over beta_decay_updates (then held there); beta throughout when beta_decay_updates is 0."""
-        if not self.beta_decay_updates:
-            return self.beta
-        return linear_decay(self.beta, self.beta_final, max(0, update - self.beta_decay_start),
-                            self.beta_decay_updates)
+        """The entropy weight at `update` (the module's beta_at with this learner's schedule)."""
+        return beta_at(update, self.beta, self.beta_decay_updates, self.beta_final, self.beta_decay_start)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.model.parameters())

@@ -105,7 +105,7 @@ def test_a3c_losses_are_the_windows_mean_over_every_update(tmp_path):
     """The agents add each update's losses to running sums; a window reports their mean over its updates (one
     agent's last 5-step rollout, reported before, was mostly reward-free: value loss ~0 in 9 windows of 10)."""
     stats = torch.zeros(2, len(STATS), dtype=torch.float64)
-    agents = type("Agents", (), dict(count=2, restarts=0, snapshot=lambda self: dict(
+    agents = type("Agents", (), dict(count=2, restarts=0, spec=dict(beta=0.01), snapshot=lambda self: dict(
         zip(STATS, stats.sum(0).tolist()))))()
     optimizer = torch.optim.SGD(MLPActorCritic((4,), 2, [8]).parameters(), lr=0.1)
     monitor = A3CMonitor(compose_config("algo=a3c", "game=cartpole"), tmp_path, agents, optimizer, {}, 0, 1)
@@ -263,3 +263,19 @@ def test_a3c_bad_checkpoint_is_a_config_error(tmp_path):
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "not a readable checkpoint" in result.stderr
+
+
+def test_a3c_workers_follow_ga3cs_schedules_over_the_same_samples():
+    """A3C's workers warm the learning rate up, decay it and anneal beta as GA3C's learner does, counted in
+    trained samples over GA3C's batch (an A3C update trains one rollout, a GA3C update a batch)."""
+    from ga3c.algos.a3c_agent import schedule_at
+
+    spec = dict(beta=0.01, warmup_updates=1000, lr_decay_updates=0, lr_final_scale=0.0, beta_decay_updates=2000,
+                beta_final=0.001, beta_decay_start=1000, samples_per_update=128)
+    learner = Learner(MLPActorCritic((4,), 2, [8]), lambda params: torch.optim.SGD(params, lr=0.1), beta=0.01,
+                      warmup_updates=1000, beta_decay_updates=2000, beta_final=0.001, beta_decay_start=1000)
+    for update in (0, 499, 1000, 2000, 5000):
+        scale, beta = schedule_at(spec, update * 128)
+        assert scale == pytest.approx(learner.lr_scale(update)) and beta == pytest.approx(learner.beta_at(update))
+    assert schedule_at(spec, 499 * 128)[0] == pytest.approx(0.5)
+    assert schedule_at(dict(beta=0.02), 10**6) == (1.0, 0.02)   # no schedule: constant lr and beta

@@ -57,7 +57,8 @@ class A3CRun(RunControl):
         self.shared = SharedModel(cfg, obs_shape, num_actions, resumed)
         # the agents' plain-data spec (they are spawned): the learner section as it is, plus what they build
         spec = dict(OmegaConf.to_container(cfg.learner, resolve=True), game=game, t_max=int(cfg.t_max),
-                    net=OmegaConf.to_container(cfg.net, resolve=True))
+                    net=OmegaConf.to_container(cfg.net, resolve=True),
+                    samples_per_update=max(int(cfg.training_min_batch), int(cfg.t_max)))   # GA3C's batch
         self.agents = AgentProcesses(int(cfg.agents), int(cfg.seed), spec, self.shared.model, self.shared.states,
                                      on_events=self._on_events)
         a3c_state = (resumed or {}).get("a3c", {})
@@ -66,6 +67,7 @@ class A3CRun(RunControl):
                                   base_updates=int(a3c_state.get("updates", 0)),
                                   frame_skip=int(game.get("frame_skip", 1) or 1), num_actions=num_actions)
         self.wandb_id = wandb_run_id(cfg, a3c_state.get("wandb_id"))
+        spec["base_trained_steps"] = self.monitor.base["trained_steps"]   # the schedules go on after a resume
 
     # --- control ---------------------------------------------------------------------------------------
     def exit_now(self) -> None:
@@ -187,13 +189,6 @@ def train_a3c(cfg: DictConfig) -> dict:
     if cfg.learner.get("correction", "none") != "none":
         log.info("A3C learns on-policy (each worker trains its own rollout with its own current copy of the "
                  "network): learner.correction=%s does not apply and is not used", cfg.learner.correction)
-    if cfg.learner.get("warmup_updates", 0) or cfg.learner.get("lr_decay_updates", 0):
-        log.info("learner.warmup_updates=%s and learner.lr_decay_updates=%s apply to the GA3C learner only; "
-                 "A3C's workers keep a constant learning rate", cfg.learner.warmup_updates,
-                 cfg.learner.get("lr_decay_updates", 0))
-    if cfg.learner.get("beta_decay_updates", 0):
-        log.info("learner.beta_decay_updates=%s applies to the GA3C learner only; A3C's workers keep "
-                 "learner.beta=%s", cfg.learner.beta_decay_updates, cfg.learner.beta)
     if cfg.learner.get("epochs", 1) > 1 or cfg.learner.get("ppo_clip", 0):
         log.info("learner.epochs=%s and learner.ppo_clip=%s apply to the GA3C learner only; each A3C worker "
                  "trains every rollout once with the plain policy gradient", cfg.learner.epochs, cfg.learner.ppo_clip)

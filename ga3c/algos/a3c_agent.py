@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 
 from ga3c.agent import discounted_returns
 from ga3c.env import make_env
-from ga3c.learner import a3c_loss
+from ga3c.learner import a3c_loss, beta_at, lr_scale_at
 
 # Per-agent statistics: one row per agent slot in a shared float64 tensor, written only by its agent. The
 # losses are running sums, so the monitor reports their mean over every update of a window: one agent's last
@@ -35,6 +35,18 @@ S = {name: i for i, name in enumerate(STATS)}
 
 
 # --- the agent process -----------------------------------------------------------------------------------
+def schedule_at(spec: dict, trained_steps: float) -> tuple[float, float]:
+    """(learning-rate factor, entropy weight) for A3C's workers after `trained_steps` samples trained by all of
+    them: GA3C's schedules (lr_scale_at, beta_at), counted in the same samples. A GA3C update trains a batch of
+    at least training_min_batch samples, an A3C update one rollout of at most t_max, so A3C's update count is
+    its samples over GA3C's batch: both warm up, decay and anneal over the same frames."""
+    update = trained_steps / max(int(spec.get("samples_per_update") or 1), 1)
+    return (lr_scale_at(update, int(spec.get("warmup_updates", 0)), int(spec.get("lr_decay_updates", 0)),
+                        float(spec.get("lr_final_scale", 0.0))),
+            beta_at(update, float(spec["beta"]), int(spec.get("beta_decay_updates", 0)),
+                    float(spec.get("beta_final", 0.001)), int(spec.get("beta_decay_start", 0))))
+
+
 def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states, stats, control, events) -> None:
     """Process entry point: act, compute gradients on t_max steps, apply them to the shared model, sync."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process stops us
@@ -49,6 +61,7 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
         local = instantiate(spec["net"], obs_shape=obs_shape, num_actions=num_actions)
         local.load_state_dict(shared_model.state_dict())
         optimizer = instantiate(spec["optimizer"])(shared_model.parameters())
+        base_lrs = [group["lr"] for group in optimizer.param_groups]
         for p, state in zip(shared_model.parameters(), shared_states):
             optimizer.state[p] = state  # the shared statistics (Hogwild)
         local_params, shared_params = list(local.parameters()), list(shared_model.parameters())
@@ -125,7 +138,11 @@ def run_a3c_agent(index: int, seed: int, spec: dict, shared_model, shared_states
             else:
                 returns = discounted_returns(rewards[:length], bootstrap, gamma)
             returns = torch.from_numpy(returns)
-            parts = a3c_loss(logits[:length], values[:length], actions[:length], returns, spec["beta"],
+            trained = spec.get("base_trained_steps", 0) + float(stats[:, S["trained_steps"]].sum())
+            lr_scale, beta = schedule_at(spec, trained)   # GA3C's schedules, over the same samples
+            for group, base_lr in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = base_lr * lr_scale
+            parts = a3c_loss(logits[:length], values[:length], actions[:length], returns, beta,
                              spec["log_epsilon"], spec["value_coef"], spec["reduction"])
             if not torch.isfinite(parts["loss"]):
                 raise FloatingPointError(f"loss is {parts['loss'].item()} in agent {index}: training stopped "

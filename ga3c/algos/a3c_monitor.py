@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ga3c.algos.a3c_agent import LOSSES, AgentProcesses
+from ga3c.algos.a3c_agent import LOSSES, AgentProcesses, schedule_at
 from ga3c.monitor import CollapseWatch, RunOutputs, ScoreWindow, numeric
 
 
@@ -79,6 +79,7 @@ class A3CMonitor:
         # each loss's mean over the window's updates, all agents (NaN in a window without one)
         loss_means = {k: (snap[f"{k}_sum"] - last[f"{k}_sum"]) / updates if updates else math.nan for k in LOSSES}
         score_mean, length_mean = self.score_window.means()
+        schedule = schedule_at(self.agents.spec, counters["trained_steps"])   # the workers' lr factor and beta
         m = {
             "frames": counters["frames"], "episodes": counters["episodes"],
             "updates": self.updates(snap), "wall_seconds": self.wall_seconds(),
@@ -93,13 +94,13 @@ class A3CMonitor:
             "learner_busy_share": 0.0,
             "agents": agents, "predictors": 0, "trainers": 0,
             "seconds_to_stop_score": self.score_window.seconds_to_stop_score,
-            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "lr": float(self.optimizer.param_groups[0]["lr"]) * schedule[0],
             **counters,
             "loss/loss": loss_means["loss"], "loss/policy_loss": loss_means["policy_loss"],
             "loss/value_loss": loss_means["value_loss"], "loss/entropy": loss_means["entropy"],
             "batch_size": (snap["trained_steps"] - last["trained_steps"]) / updates if updates else math.nan,
             "grad_norm": loss_means["grad_norm"],
-            "beta": float(self.cfg.learner.beta),   # A3C's workers keep it constant (no beta_decay_updates)
+            "beta": schedule[1],
             "policy_lag_mean": (snap["lag_sum"] - last["lag_sum"]) / updates if updates else math.nan,
             # where an A3C agent's time goes (share of wall time, mean over agents)
             "a3c_env_share": busy["env"], "a3c_forward_share": busy["forward"],
