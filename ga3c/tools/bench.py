@@ -31,10 +31,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ga3c.config import usable_cores
+from ga3c.tools import REPO
 from ga3c.tools.runs import read_json
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
 ARM_ALGOS = {"ceiling": "ceiling", "a3c": "a3c", "ga3c": "ga3c"}
 LABELS = {"ceiling": "env-only ceiling", "a3c": "A3C (CPU)", "ga3c": "GA3C"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

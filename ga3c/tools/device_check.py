@@ -24,11 +24,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ga3c.tools import REPO
+from ga3c.tools.bench import fmt, machine_description
 from ga3c.tools.learncurve import run_to_end
 from ga3c.tools.runs import read_json
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def user_overrides(for_bench: bool) -> list[str]:
@@ -86,12 +87,6 @@ def collect(planned: list[tuple[str, list[str], Path]], codes: dict[str, int], s
     return report
 
 
-def fmt(value, digits: int = 0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:,.{digits}f}"
-
-
 def markdown(report: dict, meta: dict) -> str:
     lines = [f"# Device check: {meta['game']}", "", f"- command: `{meta['command']}`", f"- machine: {meta['machine']}",
              f"- date {meta['date']}; every step its own process, one after another", "",
@@ -146,7 +141,6 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     from hydra.core.hydra_config import HydraConfig
 
-    from ga3c.tools.bench import machine_description
     from ga3c.tools.manifest import write_manifest
 
     out = Path(cfg.output_dir)

@@ -33,11 +33,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
+from ga3c.tools import REPO
 from ga3c.tools.runs import pyplot, read_json, read_summary
 from ga3c.tools.runs import read_curve as read_curve_columns
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
 OWN_KEYS = ("seeds", "minutes", "learncurve.", "hydra.", "wandb.group", "seed", "trainer.max_time", "max_frames")
 
 

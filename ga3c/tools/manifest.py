@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from ga3c.tools import REPO
+
 
 
 def _cpu_info() -> tuple[str, set[str]]:

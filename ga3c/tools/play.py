@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
+from ga3c.tools import REPO
+
 PLAY_KEYS = {"ckpt_path": None, "episodes": 10, "greedy": False, "seed": 10_000, "max_steps": None, "video": True,
              "output_dir": None}
 USAGE = "usage: python -m ga3c.tools.play ckpt_path=PATH [episodes=10] [greedy=false] [seed=10000] [max_steps=N] " \

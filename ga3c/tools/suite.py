@@ -42,11 +42,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ga3c  # noqa: F401  registers ${machine:...}
-from ga3c.tools import learncurve
+from ga3c.tools import REPO, learncurve
 from ga3c.tools.runs import extract, pyplot, read_json, read_json_list, read_summary
 
 log = logging.getLogger(__name__)
-REPO = learncurve.REPO
 OWN_KEYS = ("games", "suite.", "hydra.", "seeds", "minutes", "game=")
 ANCHORS = {"a3c_4days": "CPU A3C 4 d", "a2c_40m": "A2C 40 M"}
 CLOSE_MARGIN, SEEDS_TO_SETTLE = 0.2, 3   # a row within 20 % of an anchor needs 3 seeds before it counts either way
