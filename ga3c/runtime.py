@@ -128,7 +128,9 @@ def finish_wandb(exit_code: int = 0) -> None:
     multirun starts clean and no run is left unfinished."""
     try:
         import wandb
-
+    except ImportError:   # not installed (a machine running with wandb.mode=disabled): no run to finish
+        return
+    try:
         if wandb.run is not None:
             wandb.finish(exit_code=exit_code)
         wandb.teardown()

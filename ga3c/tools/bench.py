@@ -366,10 +366,9 @@ def markdown(results: dict, meta: dict) -> str:
 
 
 def chart(results: dict, meta: dict, path: Path) -> None:
-    import matplotlib
+    from ga3c.tools.runs import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     metrics = [("fps", "env frames/s"), ("pps", "predictions/s (PPS)"), ("tps", "updates/s (TPS)"),
                ("samples_per_s", "training samples/s")]
@@ -508,8 +507,13 @@ def run_bench(cfg: DictConfig, user_overrides: list[str], command: str) -> dict:
     (out / "bench.md").write_text(md)
     png = None
     if results:
-        png = out / "bench.png"
-        chart(results, meta, png)
+        try:
+            import matplotlib  # noqa: F401
+
+            png = out / "bench.png"
+            chart(results, meta, png)
+        except ImportError:   # a machine without it (a lent GPU's image): the table and JSON say it all
+            print("[bench] matplotlib is not installed: no bench.png", flush=True)
     log_wandb(cfg, results, meta, out, png, learner)
     print(md, flush=True)
     print(f"[bench] wrote {out / 'bench.md'}, {png or '(no chart: no arm ran)'}, {out / 'bench.json'}", flush=True)
