@@ -127,7 +127,8 @@ def vtrace_targets(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewa
     upper = torch.ones(horizon, horizon, dtype=torch.bool, device=values.device).triu()
     running = torch.where(upper, decay.unsqueeze(1), ones).cumprod(-1)   # [r, t, k] = a_t ... a_k for k >= t
     weights = torch.cat((ones[:, :, :1], running[:, :, :-1]), -1) * upper   # [r, t, k] = a_t ... a_{k-1}
-    corrections = torch.cat((torch.einsum("rtk,rk->rt", weights, deltas), values_ext[:, :1] * 0), 1)  # 0 at t = n
+    corrections = torch.cat((torch.einsum("rtk,rk->rt", weights, deltas),
+                             deltas.new_zeros(num_rollouts, 1)), 1)   # vs - V, 0 at t = n
     vs_ext = values_ext + corrections
     advantages = (rho_p if rho_in_advantages else mask) * (rewards_p + discounts_p * vs_ext[:, 1:] - values_ext[:, :-1])
     return vs_ext[rollout, step], advantages[rollout, step], rho

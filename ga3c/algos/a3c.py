@@ -107,7 +107,8 @@ class A3CRun(RunControl):
                          self.monitor.score_window.state_dict())
 
     def _periodic_checkpoint(self) -> None:
-        """GA3C's checkpoints in name and number (step-N.ckpt: no "=", which Hydra's override grammar refuses unquoted in ckpt_path=; checkpoint.keep of them, last.ckpt). By hand:
+        """GA3C's checkpoints in name and number (step-N.ckpt, with no "=", which Hydra's override grammar refuses
+        unquoted in ckpt_path=; checkpoint.keep of them; last.ckpt). By hand:
         Lightning's ModelCheckpoint saves from a Trainer's loop, and Hogwild A3C has no Trainer."""
         step = self.monitor.updates(self.agents.snapshot())
         self.save_checkpoint(f"step-{step}.ckpt")

@@ -47,7 +47,8 @@ def max_time(seconds: float) -> str:
     return f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def steps(cfg: DictConfig, bench_user: list[str], train_user: list[str], out: Path) -> list[tuple[str, list[str], Path]]:
+def steps(cfg: DictConfig, bench_user: list[str], train_user: list[str],
+          out: Path) -> list[tuple[str, list[str], Path]]:
     """(name, command, output directory) of every step, in order."""
     check, python = cfg.device_check, sys.executable
     planned = []
