@@ -59,13 +59,19 @@ def process_tree(pid: int) -> list[int]:
     return found
 
 
+def stat_cpu(stat: Path) -> tuple[str, float]:
+    """(name, user + system CPU seconds) from a /proc/.../stat file of a process or thread."""
+    head, tail = stat.read_text().rsplit(")", 1)
+    fields = tail.split()
+    return head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
     """user + system CPU seconds of each pid."""
     out = {}
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            out[pid] = stat_cpu(Path(f"/proc/{pid}/stat"))[1]
         except (OSError, IndexError, ValueError):
             continue
     return out
@@ -82,12 +88,9 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
         return out
     for task in tasks:
         try:
-            head, tail = (task / "stat").read_text().rsplit(")", 1)
-            fields = tail.split()
-            seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            name, seconds = stat_cpu(task / "stat")
         except (OSError, IndexError, ValueError):
             continue
-        name = head.split("(", 1)[1]
         label = "learner (main)" if task.name == str(pid) else (
             name if name.startswith(("predictor-", "trainer-", "watchdog")) else "other")
         out[label] = out.get(label, 0.0) + seconds
